@@ -1,0 +1,67 @@
+"""Input validation shared by every module: each failure names the argument and the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def as_tensor(value, name: str, *, device=None) -> torch.Tensor:
+    """Return `value` as a float64 torch tensor, rejecting non-numeric and non-finite input."""
+    try:
+        tensor = torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a numeric array or tensor, got {type(value).__name__}") from err
+    if tensor.is_complex() or tensor.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
+    tensor = tensor.to(dtype=torch.float64, device=device)
+    if not torch.isfinite(tensor).all():
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or infinite entries: pass finite values only")
+    return tensor
+
+
+def as_index(value, name: str, shape: tuple, upper: int) -> np.ndarray:
+    """Return `value` as an int64 numpy array of the given shape with entries in [0, upper)."""
+    array = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+    if array.dtype.kind not in "iu":
+        if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+            array = array.astype(np.int64)
+        else:
+            raise TypeError(f"{name} must hold integer token indices, got dtype {array.dtype}")
+    if array.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (one token index per sequence), got {array.shape}")
+    if array.size and (array.min() < 0 or array.max() >= upper):
+        raise ValueError(f"{name} holds token indices outside [0, {upper - 1}]: each must be a valid position t < T={upper}")
+    return array.astype(np.int64)
+
+
+def require_shape(tensor: torch.Tensor, name: str, shape: tuple, meaning: str) -> None:
+    """Raise a ValueError naming `name` unless `tensor.shape == shape`."""
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} ({meaning}), got {tuple(tensor.shape)}")
+
+
+def choice(value, name: str, options) -> str:
+    """Return `value` if it is one of `options`, else raise a ValueError listing them."""
+    if value not in options:
+        raise ValueError(f"{name}={value!r} is not supported: choose one of {', '.join(map(repr, options))}")
+    return value
+
+
+def positive_int(value, name: str, *, minimum: int = 1) -> int:
+    """Return `value` as an int >= minimum, else raise a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def positive_float(value, name: str) -> float:
+    """Return `value` as a finite float > 0, else raise a ValueError naming it."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from err
+    if not np.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number

@@ -1,0 +1,92 @@
+"""Problem instances: tokens X, labels Y, queries Z and a linear head v, optionally batched.
+
+Shapes (a leading batch shape `...` of independent problems is allowed everywhere):
+X (..., n, T, d) tokens, Y (..., n) labels in {-1, +1}, Z (..., n, d) query tokens, v (..., d) head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .checks import as_tensor, positive_int, require_shape
+
+
+@dataclass(frozen=True, init=False)
+class Problem:
+    """A (batch of) classification problem(s) for one softmax-attention layer with a linear head."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    Z: torch.Tensor
+    v: torch.Tensor
+
+    def __init__(self, X, Y, Z, v, *, device=None):
+        X = as_tensor(X, "X", device=device)
+        if X.ndim < 3:
+            raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {tuple(X.shape)}")
+        *batch, n, T, d = X.shape
+        batch = tuple(batch)
+        Y = as_tensor(Y, "Y", device=device)
+        require_shape(Y, "Y", batch + (n,), "one label per sequence")
+        if not torch.all((Y == 1) | (Y == -1)):
+            raise ValueError("Y must hold labels in {-1, +1}: map {0, 1} labels with Y = 2 * Y - 1")
+        Z = as_tensor(Z, "Z", device=device)
+        require_shape(Z, "Z", batch + (n, d), "one query token per sequence; for self-attention pass Z = X[..., 0, :]")
+        v = as_tensor(v, "v", device=device)
+        if tuple(v.shape) == (d,) and batch:
+            v = v.expand(batch + (d,))
+        require_shape(v, "v", batch + (d,), "the linear head, one per problem")
+        for name, value in zip("XYZv", (X, Y, Z, v)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.X.shape[:-3])
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[-3]
+
+    @property
+    def T(self) -> int:
+        return self.X.shape[-2]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[-1]
+
+    def __getitem__(self, index) -> "Problem":
+        """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""
+        if not self.batch_shape:
+            raise IndexError("this Problem has no batch dimension to index")
+        return Problem(self.X[index], self.Y[index], self.Z[index], self.v[index])
+
+    def to(self, device) -> "Problem":
+        """The same problem with its tensors on `device` (e.g. "cuda")."""
+        return Problem(self.X, self.Y, self.Z, self.v, device=device)
+
+    def __repr__(self) -> str:
+        batch = f"batch={self.batch_shape}, " if self.batch_shape else ""
+        return f"Problem({batch}n={self.n}, T={self.T}, d={self.d})"
+
+
+def unit_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Normalize the last dimension to unit Euclidean norm."""
+    return tensor / tensor.norm(dim=-1, keepdim=True)
+
+
+def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None, device=None) -> Problem:
+    """The papers' random instance: unit-norm Gaussian tokens and queries, a unit head v, labels +-1 w.p. 1/2.
+
+    With `batch=B` it returns B independent problems (leading dimension B) drawn from one seeded generator.
+    """
+    n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
+    shape = () if batch is None else (positive_int(batch, "batch"),)
+    gen = torch.Generator().manual_seed(int(seed))
+    X = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
+    Z = unit_rows(torch.randn(shape + (n, d), generator=gen, dtype=torch.float64))
+    v = unit_rows(torch.randn(shape + (d,), generator=gen, dtype=torch.float64))
+    Y = torch.randint(0, 2, shape + (n,), generator=gen).to(torch.float64) * 2 - 1
+    return Problem(X, Y, Z, v, device=device)

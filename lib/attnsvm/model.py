@@ -1,0 +1,60 @@
+"""The one-layer attention model f(X_i) = v^T X_i^T softmax(X_i W z_i) and its losses.
+
+Convention (paper A): the logit of token t of sequence i is x_it^T W z_i; with the (K, Q)
+parameterization W = K Q^T.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .checks import as_tensor, choice
+from .data import Problem
+
+LOSSES = {
+    # name: (loss l(x), derivative l'(x)); every loss is decreasing in the margin x = Y f(X).
+    "logistic": (lambda x: F.softplus(-x), lambda x: -torch.sigmoid(-x)),
+    "exponential": (lambda x: torch.exp(-x), lambda x: -torch.exp(-x)),
+    "linear": (lambda x: -x, lambda x: -torch.ones_like(x)),
+}
+
+
+def weights(problem: Problem, W) -> torch.Tensor:
+    """`W` as a float64 tensor on the problem's device, checked to be (..., d, d)."""
+    W = as_tensor(W, "W", device=problem.X.device)
+    d = problem.d
+    if W.ndim < 2 or W.shape[-2:] != (d, d):
+        raise ValueError(f"W must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), got {tuple(W.shape)}")
+    return W
+
+
+def logits(problem: Problem, W) -> torch.Tensor:
+    """Attention logits x_it^T W z_i, shape (..., n, T)."""
+    return raw_logits(problem, weights(problem, W))
+
+
+def raw_logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+    """`logits` without checking W (for inner loops that built W themselves)."""
+    return torch.einsum("...ntd,...de,...ne->...nt", problem.X, W, problem.Z)
+
+
+def attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+    """Softmax attention probabilities s_it = softmax_t(x_it^T W z_i), shape (..., n, T)."""
+    return torch.softmax(logits(problem, W), dim=-1)
+
+
+def token_values(problem: Problem) -> torch.Tensor:
+    """The head applied to each token, u_it = v^T x_it, shape (..., n, T)."""
+    return torch.einsum("...ntd,...d->...nt", problem.X, problem.v)
+
+
+def outputs(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+    """Model outputs f(X_i) = sum_t s_it v^T x_it, shape (..., n)."""
+    return (attention(problem, W) * token_values(problem)).sum(-1)
+
+
+def loss(problem: Problem, W: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
+    """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
+    ell, _ = LOSSES[choice(kind, "loss", tuple(LOSSES))]
+    return ell(problem.Y * outputs(problem, W)).mean(-1)

@@ -1,0 +1,181 @@
+"""The attention SVM (Att-SVM): the minimum-norm W that separates the selected tokens with margin 1.
+
+    W_alpha^mm = argmin ||W||  s.t.  (x_{i,alpha_i} - x_it)^T W z_i >= 1  for all i and t != alpha_i,
+
+with the Frobenius norm (the implicit bias of GD on W) or the nuclear norm (that of the (K, Q)
+parameterization). Each constraint is linear in W: <(x_{i,alpha_i} - x_it) z_i^T, W> >= 1, a row
+kron(x_{i,alpha_i} - x_it, z_i) of a constraint matrix A acting on vec(W) (row-major).
+
+Solvers, always named: the Frobenius problem is a least-distance program, solved exactly by
+non-negative least squares ("nnls", Lawson and Hanson 1974, chapter 23, with the active set polished
+to machine precision) or by the interior-point solver Clarabel through cvxpy ("clarabel"); the
+nuclear-norm problem is a semidefinite program solved by Clarabel ("clarabel") or SCS ("scs").
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cvxpy as cp
+import numpy as np
+from scipy.optimize import nnls
+
+from .checks import as_index, as_tensor, choice, require_shape
+
+SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("clarabel", "scs")}
+MAX_NORM = 1e6  # a feasible Att-SVM with a larger solution is reported as (numerically) infeasible
+MARGIN_TOL = 1e-6  # relative slack allowed on a returned solution's margins
+
+
+class InfeasibleSVM(ValueError):
+    """No W separates the selected tokens with a positive margin (or only one of norm > MAX_NORM)."""
+
+    def __init__(self, message: str, instances=()):
+        super().__init__(message)
+        self.instances = tuple(instances)
+
+
+class SolverError(RuntimeError):
+    """The convex solver did not reach an accurate optimum."""
+
+
+def _arrays(X, Z, alpha):
+    """Validate (X, Z, alpha) and return numpy arrays flattened over the batch, plus the batch shape."""
+    X = as_tensor(X, "X").cpu().numpy()
+    if X.ndim < 3:
+        raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {X.shape}")
+    *batch, n, T, d = X.shape
+    if T < 2:
+        raise ValueError(f"X must hold T >= 2 tokens per sequence (there is nothing to separate), got T={T}")
+    Z = as_tensor(Z, "Z")
+    require_shape(Z, "Z", tuple(batch) + (n, d), "one query token per sequence")
+    alpha = as_index(alpha, "alpha", tuple(batch) + (n,), T)
+    return X.reshape(-1, n, T, d), Z.cpu().numpy().reshape(-1, n, d), alpha.reshape(-1, n), tuple(batch)
+
+
+def constraint_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2)."""
+    n, T, d = X.shape
+    rows = np.arange(n)
+    diffs = X[rows, alpha][:, None, :] - X
+    keep = np.ones((n, T), dtype=bool)
+    keep[rows, alpha] = False
+    return np.einsum("ntd,ne->ntde", diffs, Z)[keep].reshape(-1, d * d)
+
+
+def _scatter(values: np.ndarray, alpha: np.ndarray, T: int) -> np.ndarray:
+    """Place per-constraint values (ordered as constraint_matrix rows) into an (n, T) array, 0 at alpha."""
+    n = alpha.shape[0]
+    out = np.zeros((n, T))
+    keep = np.ones((n, T), dtype=bool)
+    keep[np.arange(n), alpha] = False
+    out[keep] = values
+    return out
+
+
+def _least_distance(A: np.ndarray):
+    """min ||w|| s.t. A w >= 1 by NNLS; returns (w, multipliers) or None when infeasible.
+
+    Lawson-Hanson: with E = [A^T; 1^T] and f = e_last, solve min_{u >= 0} ||E u - f||, r = E u - f.
+    Then ||r||^2 = -r_last, w = -r[:-1] / r_last = A^T u / (1 - 1^T u) and lambda = u / (1 - 1^T u) are the
+    KKT multipliers (w = A^T lambda). ||w||^2 = 1 / ||r||^2 - 1, so a tiny residual means no feasible w.
+    """
+    k, p = A.shape
+    E = np.vstack([A.T, np.ones((1, k))])
+    f = np.zeros(p + 1)
+    f[-1] = 1.0
+    u, _ = nnls(E, f, maxiter=50 * (k + p + 1))
+    rho = 1.0 - u.sum()
+    if rho <= 1.0 / (1.0 + MAX_NORM**2):
+        return None
+    lam = u / rho
+    lam, w = _polish(A, lam)
+    return w, lam
+
+
+def _polish(A: np.ndarray, lam: np.ndarray):
+    """Re-solve the KKT system on the active set (margins exactly 1 on the support) to machine precision."""
+    support = lam > 1e-12 * max(lam.max(), 1.0)
+    if support.any():
+        A_s = A[support]
+        lam_s, *_ = np.linalg.lstsq(A_s @ A_s.T, np.ones(support.sum()), rcond=None)
+        polished = np.zeros_like(lam)
+        polished[support] = lam_s
+        w = A.T @ polished
+        if lam_s.min() >= 0 and (A @ w).min() >= 1 - 1e-12:
+            return polished, w
+    return lam, A.T @ lam
+
+
+@lru_cache(maxsize=64)
+def _cvx_problem(norm: str, k: int, d: int, solver: str):
+    """A cvxpy Att-SVM with the constraint matrix as a parameter: compiled once per (norm, size, solver)."""
+    A = cp.Parameter((k, d * d))
+    W = cp.Variable((d, d))
+    margin = A @ cp.vec(W, order="C") >= 1
+    objective = 0.5 * cp.sum_squares(W) if norm == "fro" else cp.normNuc(W)
+    return cp.Problem(cp.Minimize(objective), [margin]), A, W, margin
+
+
+def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str):
+    """Solve with cvxpy; returns (w, multipliers) or None when the solver certifies infeasibility."""
+    problem, A_param, W, margin = _cvx_problem(norm, A.shape[0], d, solver)
+    A_param.value = A
+    if solver == "clarabel":
+        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
+    else:
+        problem.solve(solver=cp.SCS, eps_abs=1e-9, eps_rel=1e-9, max_iters=100_000)
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return None
+    if problem.status != cp.OPTIMAL:
+        raise SolverError(f"{solver} stopped with status {problem.status!r} on the {norm} Att-SVM; "
+                          f"try solver={[s for s in SOLVERS[norm] if s != solver][0]!r}")
+    w = W.value.reshape(-1)
+    if np.linalg.norm(w) > MAX_NORM:
+        return None
+    return w, np.maximum(margin.dual_value, 0.0)
+
+
+def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return_multipliers: bool = False):
+    """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
+
+    X (..., n, T, d) tokens, Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
+    norm: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained).
+    solver: see `SOLVERS`; default "nnls" for "fro" and "clarabel" for "nuc".
+    return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
+    A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
+    Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists.
+    """
+    choice(norm, "norm", tuple(SOLVERS))
+    solver = SOLVERS[norm][0] if solver is None else choice(solver, "solver", SOLVERS[norm])
+    Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
+    _, n, T, d = Xs.shape
+    Ws, lams, infeasible = [], [], []
+    for b, (Xb, Zb, ab) in enumerate(zip(Xs, Zs, alphas)):
+        A = constraint_matrix(Xb, Zb, ab)
+        solution = _least_distance(A) if solver == "nnls" else _solve_cvx(A, d, norm, solver)
+        if solution is None:
+            infeasible.append(b)
+            continue
+        w, lam = solution
+        if (A @ w).min() < 1 - MARGIN_TOL:
+            raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {(A @ w).min():.3g} < 1; "
+                              f"try solver={[s for s in SOLVERS[norm] if s != solver][0]!r}")
+        Ws.append(w.reshape(d, d))
+        lams.append(_scatter(lam, ab, T))
+    if infeasible:
+        where = f" for batch instances {infeasible}" if batch else ""
+        raise InfeasibleSVM(
+            f"Att-SVM is infeasible{where}: no W separates the selected tokens alpha from the others with margin 1 "
+            f"(or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible for every alpha when "
+            f"d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. theory.optimal_tokens).",
+            infeasible)
+    W = np.stack(Ws).reshape(batch + (d, d))
+    return (W, np.stack(lams).reshape(batch + (n, T))) if return_multipliers else W
+
+
+def feasible(X, Z, alpha) -> np.ndarray:
+    """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms): bool array of batch shape."""
+    Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
+    flags = [_least_distance(constraint_matrix(*instance)) is not None for instance in zip(Xs, Zs, alphas)]
+    return np.array(flags, dtype=bool).reshape(batch)

@@ -1,0 +1,67 @@
+"""Quantities of the theory: token scores, optimal and locally-optimal tokens, margins, support tokens, correlation."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import svm
+from .checks import as_index, as_tensor
+from .data import Problem
+from .model import logits, token_values
+
+SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
+
+
+def token_scores(problem: Problem) -> torch.Tensor:
+    """gamma_it = Y_i v^T x_it: how much selecting token t helps classify sequence i, shape (..., n, T)."""
+    return problem.Y[..., None] * token_values(problem)
+
+
+def optimal_tokens(problem: Problem) -> torch.Tensor:
+    """opt_i = argmax_t gamma_it, the token a linear head wants attention to select, shape (..., n)."""
+    return token_scores(problem).argmax(-1)
+
+
+def correlation(A, B) -> np.ndarray:
+    """<A, B> / (||A||_F ||B||_F) over the last two dimensions, broadcast over leading ones (numpy result)."""
+    A, B = as_tensor(A, "A", device="cpu"), as_tensor(B, "B", device="cpu")
+    if A.ndim < 2 or B.ndim < 2:
+        raise ValueError(f"A and B must be matrices of shape (..., d, d), got {tuple(A.shape)} and {tuple(B.shape)}")
+    inner = (A * B).sum((-2, -1))
+    norms = A.norm(dim=(-2, -1)) * B.norm(dim=(-2, -1))
+    if (norms == 0).any():
+        raise ValueError("correlation of a zero matrix is undefined: A and B must be non-zero")
+    return (inner / norms).cpu().numpy()
+
+
+def margins(problem: Problem, alpha, W) -> np.ndarray:
+    """(x_{i,alpha_i} - x_it)^T W z_i for every token, shape (..., n, T) (0 at t = alpha_i)."""
+    alpha = torch.as_tensor(as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T), device=problem.X.device)
+    scores = logits(problem, W)
+    return (scores.gather(-1, alpha[..., None]) - scores).cpu().numpy()
+
+
+def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
+    """Boolean mask (..., n, T) of the support tokens of W: those t != alpha_i whose margin is exactly 1."""
+    return np.abs(margins(problem, alpha, W) - 1) <= SUPPORT_TOL
+
+
+def locally_optimal(problem: Problem, alpha) -> np.ndarray:
+    """Whether alpha is locally optimal: W_alpha^mm exists and gamma_{i,alpha_i} > gamma_it for every support token t.
+
+    Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape.
+    """
+    alpha = as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T)
+    gamma = token_scores(problem).cpu().numpy()
+    flags = np.zeros(problem.batch_shape, dtype=bool)
+    for index in np.ndindex(*problem.batch_shape):
+        instance = problem[index] if index else problem
+        try:
+            W = svm.att_svm(instance.X, instance.Z, alpha[index])
+        except svm.InfeasibleSVM:
+            continue
+        support = support_tokens(instance, alpha[index], W)
+        chosen = np.take_along_axis(gamma[index], alpha[index][:, None], axis=-1)
+        flags[index] = bool(np.all((chosen > gamma[index]) | ~support))
+    return flags
