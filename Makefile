@@ -38,9 +38,7 @@ sync: $(INSTALLED)
 
 # Regenerate book/ from book_src/ and execute every notebook in place (commit the result).
 notebooks: sync
-	cd book && for nb in $(notdir $(NOTEBOOKS)); do \
-	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 $$nb || exit 1; \
-	done
+	cd book && ../$(BIN)/jupyter execute --inplace --timeout=600 $(notdir $(NOTEBOOKS))
 
 # The HTML book, every chapter executed afresh (a change in lib/ can never leave a stale chapter).
 book: setup sync

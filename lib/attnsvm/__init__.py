@@ -7,9 +7,9 @@ descent), `plots` (the book's figure style). Call `setup()` once at the top of a
 
 from importlib.metadata import version as _version
 
-from . import data, model, plots, svm, theory, train
-from .session import setup
+from . import data, exercises, model, plots, svm, theory, train
+from .session import elapsed, setup
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["data", "model", "plots", "svm", "theory", "train", "setup", "InfeasibleSVM", "__version__"]
+__all__ = ["data", "exercises", "model", "plots", "svm", "theory", "train", "setup", "elapsed", "InfeasibleSVM", "__version__"]

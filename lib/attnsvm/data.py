@@ -90,3 +90,25 @@ def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = Non
     v = unit_rows(torch.randn(shape + (d,), generator=gen, dtype=torch.float64))
     Y = torch.randint(0, 2, shape + (n,), generator=gen).to(torch.float64) * 2 - 1
     return Problem(X, Y, Z, v, device=device)
+
+
+def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) -> Problem:
+    """Paper A's two-dimensional picture (its `visualization2` recipe): d = 2, labels +1.
+
+    Token 1 of sequence i sits at (1, +-0.5) (alternating sign), every other token at (-1, 0) plus
+    `spread` times Gaussian noise; queries z_i are random unit vectors. The head is v = (1, 0) (paper A
+    draws it at random), so that token 1 is the optimal token of every sequence.
+    """
+    n, T = positive_int(n, "n"), positive_int(T, "T", minimum=2)
+    gen = torch.Generator().manual_seed(int(seed))
+    X = spread * torch.randn(n, T, 2, generator=gen, dtype=torch.float64)
+    X[:, 0] = torch.tensor([[1.0, 0.5 * (-1) ** i] for i in range(n)], dtype=torch.float64)
+    X[:, 1:] += torch.tensor([-1.0, 0.0], dtype=torch.float64)
+    Z = unit_rows(torch.randn(n, 2, generator=gen, dtype=torch.float64))
+    return Problem(X, torch.ones(n, dtype=torch.float64), Z, torch.tensor([1.0, 0.0], dtype=torch.float64))
+
+
+def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
+    """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal."""
+    gen = torch.Generator().manual_seed(int(seed))
+    return torch.randint(0, problem.T, problem.batch_shape + (problem.n,), generator=gen).to(problem.X.device)

@@ -1,0 +1,21 @@
+"""Self-checks for the book's coding exercises: the student sees their result next to the expected one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check(name: str, function, *args, expected, tol: float = 1e-6) -> None:
+    """Call `function(*args)` and print whether it matches `expected` (max abs difference <= tol)."""
+    try:
+        result = np.asarray(function(*args), dtype=float)
+    except NotImplementedError:
+        print(f"{name}: not implemented yet - complete the function above and run this cell again.")
+        return
+    expected = np.asarray(expected, dtype=float)
+    if result.shape != expected.shape:
+        print(f"{name}: wrong shape {result.shape}, expected {expected.shape}.")
+        return
+    error = float(np.max(np.abs(result - expected))) if result.size else 0.0
+    verdict = "correct" if error <= tol else "not yet correct"
+    print(f"{name}: {verdict} (max abs difference {error:.1e}, tolerance {tol:.0e}).")

@@ -1,0 +1,111 @@
+"""Fixtures of the browser checks: the built book served on 127.0.0.1 and Debian's chromium driven by Playwright.
+
+Every page is opened once per session (`visit`) with every request recorded; requests that would leave
+127.0.0.1 are recorded and aborted, so the page behaves as it would offline.
+"""
+
+import functools
+import http.server
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else shutil.which("chromium")  # Debian's
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+MATHJAX_TIMEOUT_MS = 20_000  # the one bounded wait: MathJax's first typeset of the page
+
+
+def is_local(url: str) -> bool:
+    """True for the book's own server and for URLs that need no network (about:, data:, blob:)."""
+    parts = urlsplit(url)
+    return parts.scheme in ("about", "data", "blob") or parts.hostname == "127.0.0.1"
+
+
+@dataclass
+class Site:
+    url: str  # http://127.0.0.1:PORT/
+    root: Path  # the folder it serves: _build/html
+
+
+@dataclass
+class Visit:
+    page: object  # the open playwright Page
+    status: int | None = None
+    requests: list[str] = field(default_factory=list)  # every URL the page asked for on 127.0.0.1
+    external: list[str] = field(default_factory=list)  # every URL it asked for elsewhere (aborted)
+    failures: list[str] = field(default_factory=list)  # local requests that failed or answered >= 400
+    mathjax_error: str | None = None  # why MathJax did not finish typesetting, if it did not
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def site():
+    if not (HTML / "index.html").is_file():
+        pytest.fail(f"{HTML.relative_to(ROOT)}/index.html is missing: run `make book` first", pytrace=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield Site(f"http://127.0.0.1:{server.server_port}/", HTML)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def visit(site, browser):
+    """visit("book/01_preliminaries") -> Visit of _build/html/book/01_preliminaries.html, loaded once per session."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if is_local(route.request.url) else route.abort())
+    visits = {}
+
+    def load(name: str) -> Visit:
+        if name not in visits:
+            visits[name] = open_page(context, site.url + name + ".html")
+        return visits[name]
+
+    yield load
+    context.close()
+
+
+def open_page(context, url: str) -> Visit:
+    visit = Visit(context.new_page())
+    page = visit.page
+    page.on("request", lambda request: (visit.requests if is_local(request.url) else visit.external).append(request.url))
+    page.on("requestfailed", lambda request: is_local(request.url)
+            and visit.failures.append(f"{request.url} ({request.failure})"))
+    page.on("response", lambda response: response.status >= 400
+            and visit.failures.append(f"{response.url} (HTTP {response.status})"))
+    response = page.goto(url, wait_until="load")
+    visit.status = response.status if response else None
+    if page.evaluate("() => !!document.querySelector('.math, script[src*=\"mathjax\"]')"):
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=MATHJAX_TIMEOUT_MS)
+            page.evaluate("() => { MathJax.startup.promise.then(() => window.__typeset = 'done',"
+                          " error => window.__typeset = String(error)); }")
+            page.wait_for_function("() => window.__typeset !== undefined", timeout=MATHJAX_TIMEOUT_MS)
+            outcome = page.evaluate("() => window.__typeset")
+            visit.mathjax_error = None if outcome == "done" else f"MathJax failed: {outcome}"
+        except PlaywrightError as error:
+            visit.mathjax_error = f"MathJax did not finish within {MATHJAX_TIMEOUT_MS} ms: {error.message.splitlines()[0]}"
+    page.wait_for_load_state("networkidle")  # late requests (MathJax fonts, widgets) are recorded too
+    return visit

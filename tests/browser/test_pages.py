@@ -1,0 +1,129 @@
+"""Every page of the built book, opened in headless chromium: it loads offline, its math is typeset, its figures
+have alt text, its links lead somewhere, and each chapter can be launched in Binder and Colab.
+
+Run `make book` first; the pages are the `root:`/`file:` entries of _toc.yml.
+"""
+
+import functools
+import os
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+if not (Path("/usr/bin/chromium").is_file() or shutil.which("chromium")):  # conftest.CHROMIUM
+    missing = "chromium not found: install Debian's chromium (apt-get install chromium) to run the browser tests"
+    if os.environ.get("ATTNSVM_REQUIRE_BROWSER"):  # set by .ci/run: in CI the browser checks must run
+        pytest.fail(missing, pytrace=False)
+    pytest.skip(missing, allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+RAW_TEX = ("$$", "\\[", "\\(", "\\begin{")  # what untypeset math looks like in the visible text
+FILE_NAME_ALT = re.compile(r"\.(png|svg|jpe?g|gif|webp)\b|/_images/", re.IGNORECASE)
+
+
+def toc_entries(node):
+    """The `root:` and `file:` entries of _toc.yml in reading order, without a suffix."""
+    if isinstance(node, dict):
+        yield from (str(Path(node[key]).with_suffix("")) for key in ("root", "file") if key in node)
+        node = list(node.values())
+    if isinstance(node, list):
+        for item in node:
+            yield from toc_entries(item)
+
+
+PAGES = list(dict.fromkeys(toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text()))))
+CHAPTERS = [name for name in PAGES if re.match(r"(?!00)\d\d", Path(name).name)]  # NN_name with NN != 00
+each_page = pytest.mark.parametrize("name", PAGES)
+
+
+@functools.cache
+def element_ids(path: Path) -> set[str]:
+    soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+    return {tag["id"] for tag in soup.find_all(id=True)} | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})}
+
+
+@each_page
+def test_page_loads(name, visit):
+    visited = visit(name)
+    assert visited.status == 200, f"{name}.html answered HTTP {visited.status}: run `make book`"
+    assert not visited.failures, f"{name}.html: requests to the book's own server failed: {visited.failures}"
+
+
+@each_page
+def test_page_reads_offline(name, visit):
+    external = visit(name).external
+    assert not external, (f"{name}.html fetches from outside the book, so it does not read offline (serve these "
+                          f"from vendor/static instead): {external}")
+
+
+@each_page
+def test_math_is_typeset(name, visit):
+    visited = visit(name)
+    assert visited.mathjax_error is None, f"{name}.html: {visited.mathjax_error}"
+    untypeset = visited.page.evaluate("""() => [...document.querySelectorAll('.math')]
+        .filter(element => !element.querySelector('mjx-container')).map(element => element.outerHTML.slice(0, 200))""")
+    assert not untypeset, f"{name}.html: math that MathJax did not typeset: {untypeset}"
+    # Visible text outside code listings (code may legitimately contain `$$` or `\begin{`).
+    text = visited.page.evaluate("""() => [...document.querySelectorAll('pre, code')]
+        .reduce((text, code) => text.replace(code.innerText, ''), document.body.innerText)""")
+    raw = [fragment for fragment in RAW_TEX if fragment in text]
+    assert not raw, f"{name}.html shows raw TeX {raw} in its text: " + "; ".join(
+        text[max(0, text.index(f) - 60):text.index(f) + 60].replace("\n", " ") for f in raw)
+
+
+@each_page
+def test_figures_have_alt_text_and_load(name, visit):
+    images = visit(name).page.evaluate("""async () => {
+        const article = document.querySelector('.bd-article') || document.querySelector('main');
+        const images = article ? [...article.querySelectorAll('img')] : [];
+        await Promise.all(images.map(img => { img.loading = 'eager'; return img.decode().catch(() => null); }));
+        return images.map(img => ({src: img.getAttribute('src'), alt: (img.getAttribute('alt') || '').trim(),
+                                   loaded: img.complete && img.naturalWidth > 0}));
+    }""")
+    problems = [f"{image['src']} (no real alt text: give the figure `alt` in the chapter)" for image in images
+                if not image["alt"] or FILE_NAME_ALT.search(image["alt"])]
+    problems += [f"{image['src']} (did not load)" for image in images if not image["loaded"]]
+    assert not problems, f"{name}.html: figures {problems}"
+
+
+@each_page
+def test_links_lead_somewhere(name, visit, site):
+    links = visit(name).page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => [a.getAttribute('href'), a.href])")
+    broken = []
+    for href, url in links:
+        parts = urlsplit(url)
+        if href.startswith("#") or parts.netloc != urlsplit(site.url).netloc:
+            continue  # same-page anchors, external sites, mailto: and friends
+        target = site.root / unquote(parts.path).lstrip("/")
+        target = target / "index.html" if target.is_dir() else target
+        if not target.is_file():
+            broken.append(f"{href} (no file {target.relative_to(site.root)})")
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in element_ids(target):
+            broken.append(f"{href} (no id {unquote(parts.fragment)!r} in {target.relative_to(site.root)})")
+    assert not broken, f"{name}.html has broken links: {broken}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_has_launch_buttons(name, visit):
+    hrefs = [unquote(href) for href in visit(name).page.evaluate(
+        "() => [...document.querySelectorAll('a[href]')].map(a => a.href)")]
+    notebook = f"/{name}.ipynb"
+    for service in ("mybinder.org", "colab.research.google.com"):
+        assert any(service in href and notebook in href for href in hrefs), (
+            f"{name}.html has no {service} launch link to {notebook[1:]} (see launch_buttons and repository in "
+            f"_config.yml)")
+
+
+def test_screenshot_of_first_chapter(visit):
+    if not CHAPTERS:
+        pytest.skip("no chapter page (NN_name.ipynb, NN != 00) in _toc.yml yet")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{Path(CHAPTERS[0]).name}.png"
+    visit(CHAPTERS[0]).page.screenshot(path=path, full_page=True)
+    assert path.is_file() and path.stat().st_size > 0
