@@ -26,6 +26,11 @@ def weights(problem: Problem, W) -> torch.Tensor:
     d = problem.d
     if W.ndim < 2 or W.shape[-2:] != (d, d):
         raise ValueError(f"W must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), got {tuple(W.shape)}")
+    try:
+        torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
+    except RuntimeError as err:
+        raise ValueError(f"W's batch shape {tuple(W.shape[:-2])} does not match the problem's {problem.batch_shape}: "
+                         f"pass one W (d, d) for all problems or one per problem") from err
     return W
 
 

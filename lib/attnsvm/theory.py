@@ -26,13 +26,18 @@ def optimal_tokens(problem: Problem) -> torch.Tensor:
 def correlation(A, B) -> np.ndarray:
     """<A, B> / (||A||_F ||B||_F) over the last two dimensions, broadcast over leading ones (numpy result)."""
     A, B = as_tensor(A, "A", device="cpu"), as_tensor(B, "B", device="cpu")
-    if A.ndim < 2 or B.ndim < 2:
-        raise ValueError(f"A and B must be matrices of shape (..., d, d), got {tuple(A.shape)} and {tuple(B.shape)}")
+    if A.ndim < 2 or B.ndim < 2 or A.shape[-2:] != B.shape[-2:]:
+        raise ValueError(f"A and B must be matrices of the same shape (..., p, q), got {tuple(A.shape)} and "
+                         f"{tuple(B.shape)}")
+    try:
+        torch.broadcast_shapes(A.shape, B.shape)
+    except RuntimeError as err:
+        raise ValueError(f"the batch shapes of A {tuple(A.shape)} and B {tuple(B.shape)} do not broadcast") from err
     inner = (A * B).sum((-2, -1))
     norms = A.norm(dim=(-2, -1)) * B.norm(dim=(-2, -1))
     if (norms == 0).any():
         raise ValueError("correlation of a zero matrix is undefined: A and B must be non-zero")
-    return (inner / norms).cpu().numpy()
+    return (inner / norms).clamp(-1.0, 1.0).numpy()  # |<A,B>| <= |A||B| can fail by one rounding
 
 
 def margins(problem: Problem, alpha, W) -> np.ndarray:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import data
+from attnsvm import data, theory
 
 
 @pytest.mark.parametrize("batch", [None, 7])
@@ -147,7 +147,6 @@ def test_planar_problem_layout():
     np.testing.assert_array_equal(problem.X[:, 0].numpy(), [[1.0, 0.5], [1.0, -0.5], [1.0, 0.5]])
     np.testing.assert_allclose(problem.Z.norm(dim=-1).numpy(), 1.0, rtol=0, atol=1e-15)
     # the first token is the optimal one: score 1 against -1 + noise for the others
-    from attnsvm import theory
     np.testing.assert_array_equal(theory.optimal_tokens(problem).numpy(), [0, 0, 0])
     assert torch.equal(problem.X, data.planar_problem(seed=0, n=3, T=4).X)
     assert not torch.equal(problem.X, data.planar_problem(seed=1, n=3, T=4).X)

@@ -91,6 +91,13 @@ def test_random_problem_rejects_bad_sizes(kwargs, name):
         data.random_problem(seed=0, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs,pattern", [(dict(T=1), r"^T must be an integer >= 2"),
+                                            (dict(n=0), r"^n must be an integer >= 1")])
+def test_planar_problem_rejects_bad_sizes(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        data.planar_problem(seed=0, **kwargs)
+
+
 # ------------------------------------------------------------------ model
 
 MODEL_FUNCTIONS = [model.logits, model.attention, model.outputs, model.loss, train.loss_gradient]
