@@ -9,7 +9,8 @@ kron(x_{i,alpha_i} - x_it, z_i) of a constraint matrix A acting on vec(W) (row-m
 Solvers, always named: the Frobenius problem is a least-distance program, solved exactly by
 non-negative least squares ("nnls", Lawson and Hanson 1974, chapter 23, with the active set polished
 to machine precision) or by the interior-point solver Clarabel through cvxpy ("clarabel"); the
-nuclear-norm problem is a semidefinite program solved by Clarabel ("clarabel") or SCS ("scs").
+nuclear-norm problem is a semidefinite program, solved by this library's batched interior-point method
+("ipm", see `nuclear`), or by Clarabel ("clarabel") or SCS ("scs") through cvxpy.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import cvxpy as cp
 import numpy as np
 from scipy.optimize import nnls
 
+import torch
+
+from . import nuclear
 from .checks import as_index, as_tensor, choice, require_shape
 
-SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("clarabel", "scs")}
+SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("ipm", "clarabel", "scs")}  # the first is the default
 MAX_NORM = 1e6  # a feasible Att-SVM with a larger solution is reported as (numerically) infeasible
 MARGIN_TOL = 1e-6  # relative slack allowed on a returned solution's margins
 
@@ -53,14 +57,19 @@ def _arrays(X, Z, alpha):
     return X.reshape(-1, n, T, d), Z.cpu().numpy().reshape(-1, n, d), alpha.reshape(-1, n), tuple(batch)
 
 
-def constraint_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2)."""
+def _pairs(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray):
+    """(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): two (n(T-1), d) arrays."""
     n, T, d = X.shape
     rows = np.arange(n)
-    diffs = X[rows, alpha][:, None, :] - X
     keep = np.ones((n, T), dtype=bool)
     keep[rows, alpha] = False
-    return np.einsum("ntd,ne->ntde", diffs, Z)[keep].reshape(-1, d * d)
+    return (X[rows, alpha][:, None, :] - X)[keep], np.repeat(Z, T - 1, axis=0)
+
+
+def constraint_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2)."""
+    deltas, queries = _pairs(X, Z, alpha)
+    return np.einsum("kd,ke->kde", deltas, queries).reshape(len(deltas), -1)
 
 
 def _scatter(values: np.ndarray, alpha: np.ndarray, T: int) -> np.ndarray:
@@ -88,9 +97,9 @@ def _least_distance(A: np.ndarray):
     rho = 1.0 - u.sum()
     if rho <= 1.0 / (1.0 + MAX_NORM**2):
         return None
-    lam = u / rho
-    lam, w = _polish(A, lam)
-    return w, lam
+    lam, w = _polish(A, u / rho)
+    smallest = (A @ w).min()  # below 1 by round-off ~1e-11 ||w|| on nearly infeasible problems: scale up
+    return (w / smallest, lam / smallest) if smallest < 1 else (w, lam)
 
 
 def _polish(A: np.ndarray, lam: np.ndarray):
@@ -121,19 +130,41 @@ def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str):
     """Solve with cvxpy; returns (w, multipliers) or None when the solver certifies infeasibility."""
     problem, A_param, W, margin = _cvx_problem(norm, A.shape[0], d, solver)
     A_param.value = A
-    if solver == "clarabel":
-        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
+    if solver == "clarabel":  # tight tolerances for the QP; Clarabel's own (1e-8) for the SDP, where it struggles
+        tight = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10) if norm == "fro" else {}
+        problem.solve(solver=cp.CLARABEL, max_iter=500, **tight)
     else:
         problem.solve(solver=cp.SCS, eps_abs=1e-9, eps_rel=1e-9, max_iters=100_000)
     if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
         return None
     if problem.status != cp.OPTIMAL:
         raise SolverError(f"{solver} stopped with status {problem.status!r} on the {norm} Att-SVM; "
-                          f"try solver={[s for s in SOLVERS[norm] if s != solver][0]!r}")
+                          f"try solver={_alternative(norm, solver)!r}")
     w = W.value.reshape(-1)
     if np.linalg.norm(w) > MAX_NORM:
         return None
     return w, np.maximum(margin.dual_value, 0.0)
+
+
+def _alternative(norm: str, solver: str) -> str:
+    return next(other for other in SOLVERS[norm] if other != solver)
+
+
+def _solve_ipm(instances, d: int):
+    """Batched nuclear-norm solutions [(w, multipliers) or None if infeasible] by `nuclear.solve`."""
+    pairs = [_pairs(*instance) for instance in instances]
+    feasible = [_least_distance(np.einsum("kd,ke->kde", *pair).reshape(len(pair[0]), -1)) is not None
+                for pair in pairs]
+    solutions = [None] * len(pairs)
+    chosen = [b for b, ok in enumerate(feasible) if ok]
+    if chosen:
+        deltas, queries = (torch.as_tensor(np.stack([pairs[b][j] for b in chosen])) for j in (0, 1))
+        W, y, converged = nuclear.solve(deltas, queries)
+        for b, W_b, y_b, done in zip(chosen, W.numpy(), y.numpy(), converged.numpy()):
+            A = np.einsum("kd,ke->kde", *pairs[b]).reshape(len(pairs[b][0]), -1)
+            # the rare problem the IPM cannot finish (nearly infeasible, ||W|| huge) goes to Clarabel
+            solutions[b] = (W_b.reshape(-1), np.maximum(y_b, 0.0)) if done else _solve_cvx(A, d, "nuc", "clarabel")
+    return solutions
 
 
 def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return_multipliers: bool = False):
@@ -141,7 +172,7 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
 
     X (..., n, T, d) tokens, Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
     norm: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained).
-    solver: see `SOLVERS`; default "nnls" for "fro" and "clarabel" for "nuc".
+    solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (all problems of a batch at once) for "nuc".
     return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
     A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
     Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists.
@@ -150,19 +181,14 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
     solver = SOLVERS[norm][0] if solver is None else choice(solver, "solver", SOLVERS[norm])
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
     _, n, T, d = Xs.shape
-    Ws, lams, infeasible = [], [], []
-    for b, (Xb, Zb, ab) in enumerate(zip(Xs, Zs, alphas)):
-        A = constraint_matrix(Xb, Zb, ab)
-        solution = _least_distance(A) if solver == "nnls" else _solve_cvx(A, d, norm, solver)
-        if solution is None:
-            infeasible.append(b)
-            continue
-        w, lam = solution
-        if (A @ w).min() < 1 - MARGIN_TOL:
-            raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {(A @ w).min():.3g} < 1; "
-                              f"try solver={[s for s in SOLVERS[norm] if s != solver][0]!r}")
-        Ws.append(w.reshape(d, d))
-        lams.append(_scatter(lam, ab, T))
+    instances = list(zip(Xs, Zs, alphas))
+    if solver == "ipm":
+        solutions = _solve_ipm(instances, d)
+    elif solver == "nnls":
+        solutions = [_least_distance(constraint_matrix(*instance)) for instance in instances]
+    else:
+        solutions = [_solve_cvx(constraint_matrix(*instance), d, norm, solver) for instance in instances]
+    infeasible = [b for b, solution in enumerate(solutions) if solution is None]
     if infeasible:
         where = f" for batch instances {infeasible}" if batch else ""
         raise InfeasibleSVM(
@@ -170,8 +196,16 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
             f"(or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible for every alpha when "
             f"d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. theory.optimal_tokens).",
             infeasible)
-    W = np.stack(Ws).reshape(batch + (d, d))
-    return (W, np.stack(lams).reshape(batch + (n, T))) if return_multipliers else W
+    for instance, (w, _) in zip(instances, solutions):
+        smallest = (constraint_matrix(*instance) @ w).min()
+        if smallest < 1 - MARGIN_TOL:
+            raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {smallest:.3g} < 1; "
+                              f"try solver={_alternative(norm, solver)!r}")
+    W = np.stack([w.reshape(d, d) for w, _ in solutions]).reshape(batch + (d, d))
+    if not return_multipliers:
+        return W
+    lams = [_scatter(lam, a, T) for (_, lam), a in zip(solutions, alphas)]
+    return W, np.stack(lams).reshape(batch + (n, T))
 
 
 def feasible(X, Z, alpha) -> np.ndarray:

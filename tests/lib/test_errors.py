@@ -235,7 +235,7 @@ def test_att_svm_rejects_unknown_norm(problem, norm):
 
 @pytest.mark.parametrize("norm,solver,options", [
     ("fro", "mosek", "'nnls', 'clarabel'"), ("fro", "scs", "'nnls', 'clarabel'"),
-    ("nuc", "nnls", "'clarabel', 'scs'"), ("nuc", "CLARABEL", "'clarabel', 'scs'"),
+    ("nuc", "nnls", "'ipm', 'clarabel', 'scs'"), ("nuc", "CLARABEL", "'ipm', 'clarabel', 'scs'"),
 ])
 def test_att_svm_rejects_unknown_solver(problem, norm, solver, options):
     with pytest.raises(ValueError, match=rf"^solver='{solver}' is not supported: choose one of {options}"):

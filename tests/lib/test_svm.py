@@ -136,11 +136,24 @@ def test_nuclear_solution_is_optimal(shape, which):
     assert np.linalg.norm(W_fro) <= np.linalg.norm(W) * (1 + 1e-12)
 
 
-def test_scs_agrees_with_clarabel_on_nuclear():
-    _, X, Z, alpha = _instance((4, 5, 6), 0, "opt")
-    W = svm.att_svm(X, Z, alpha, norm="nuc")
-    W_scs = svm.att_svm(X, Z, alpha, norm="nuc", solver="scs")
-    assert np.abs(W - W_scs).max() <= 1e-4 * np.linalg.norm(W)
+@pytest.mark.parametrize("solver", ["clarabel", "scs"])
+@pytest.mark.parametrize("shape", [(4, 5, 6), (6, 8, 10), (10, 5, 8)])
+def test_ipm_agrees_with_cvxpy_solvers_on_nuclear(shape, solver):
+    _, X, Z, alpha = _instance(shape, 0, "opt")
+    W = svm.att_svm(X, Z, alpha, norm="nuc")  # the batched interior-point method
+    W_other = svm.att_svm(X, Z, alpha, norm="nuc", solver=solver)
+    nuclear = np.linalg.norm(W, "nuc")
+    assert abs(nuclear - np.linalg.norm(W_other, "nuc")) <= 1e-7 * nuclear
+    assert np.abs(W - W_other).max() <= 1e-4 * np.linalg.norm(W)
+
+
+def test_ipm_batch_equals_single_solves():
+    problem = data.random_problem(5, 6, 8, seed=3, batch=6)
+    alpha = theory.optimal_tokens(problem)
+    W = svm.att_svm(problem.X, problem.Z, alpha, norm="nuc")
+    for b in range(6):
+        single = svm.att_svm(problem.X[b], problem.Z[b], alpha[b], norm="nuc")
+        assert np.abs(W[b] - single).max() <= 1e-6 * np.linalg.norm(single)
 
 
 # ------------------------------------------------------- batching and invariances
