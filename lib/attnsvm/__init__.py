@@ -1,15 +1,17 @@
 """attnsvm: attention as max-margin token selection.
 
 Modules: `data` (problem instances), `model` (the attention model and losses), `theory` (token scores,
-optimal tokens, margins, support tokens, correlation), `svm` (Att-SVM solvers), `train` (gradient
-descent), `plots` (the book's figure style). Call `setup()` once at the top of a chapter.
+optimal and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm`
+(Att-SVM solvers; `nuclear` is its batched interior-point method), `train` (gradient descent, the
+regularization path, paper B's prompt model), `plots` (the book's figure style), `widgets` (explorers),
+`exercises` (self-checks). Call `setup()` once at the top of a chapter.
 """
 
 from importlib.metadata import version as _version
 
-from . import data, exercises, model, plots, svm, theory, train
+from . import data, exercises, model, nuclear, plots, svm, theory, train, widgets
 from .session import elapsed, setup
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["data", "exercises", "model", "plots", "svm", "theory", "train", "setup", "elapsed", "InfeasibleSVM", "__version__"]
+__all__ = ["data", "exercises", "model", "nuclear", "plots", "svm", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]

@@ -19,7 +19,7 @@ class Problem:
 
     X: torch.Tensor
     Y: torch.Tensor
-    Z: torch.Tensor
+    Z: torch.Tensor | None
     v: torch.Tensor
 
     def __init__(self, X, Y, Z, v, *, device=None):
@@ -32,8 +32,9 @@ class Problem:
         require_shape(Y, "Y", batch + (n,), "one label per sequence")
         if not torch.all((Y == 1) | (Y == -1)):
             raise ValueError("Y must hold labels in {-1, +1}: map {0, 1} labels with Y = 2 * Y - 1")
-        Z = as_tensor(Z, "Z", device=device)
-        require_shape(Z, "Z", batch + (n, d), "one query token per sequence; for self-attention pass Z = X[..., 0, :]")
+        if Z is not None:  # None: paper B's prompt model, whose single query p is trained (train.gd_prompt)
+            Z = as_tensor(Z, "Z", device=device)
+            require_shape(Z, "Z", batch + (n, d), "one query token per sequence; for self-attention pass Z = X[..., 0, :]")
         v = as_tensor(v, "v", device=device)
         if tuple(v.shape) == (d,) and batch:
             v = v.expand(batch + (d,))
@@ -61,7 +62,7 @@ class Problem:
         """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""
         if not self.batch_shape:
             raise IndexError("this Problem has no batch dimension to index")
-        return Problem(self.X[index], self.Y[index], self.Z[index], self.v[index])
+        return Problem(self.X[index], self.Y[index], None if self.Z is None else self.Z[index], self.v[index])
 
     def to(self, device) -> "Problem":
         """The same problem with its tensors on `device` (e.g. "cuda")."""
@@ -112,3 +113,51 @@ def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
     """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal."""
     gen = torch.Generator().manual_seed(int(seed))
     return torch.randint(0, problem.T, problem.batch_shape + (problem.n,), generator=gen).to(problem.X.device)
+
+
+def opposite_clusters_problem(*, seed: int = 1, spread: float = 0.3) -> Problem:
+    """Paper A's W-versus-(K, Q) picture (its `visualization1` recipe): n = 2, T = 3, d = 2, labels +1.
+
+    The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0) (`spread` times
+    Gaussian noise); queries z_i and the head v are random unit vectors.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    X = spread * torch.randn(2, 3, 2, generator=gen, dtype=torch.float64)
+    X += torch.tensor([[[-1.0, 0.0]], [[1.0, 0.0]]], dtype=torch.float64)
+    Z = unit_rows(torch.randn(2, 2, generator=gen, dtype=torch.float64))
+    v = unit_rows(torch.randn(2, generator=gen, dtype=torch.float64))
+    return Problem(X, torch.ones(2, dtype=torch.float64), Z, v)
+
+
+# Paper B's examples: tokens in R^3 whose first two coordinates enter the logits through the key-query
+# matrix PROMPT_KEY = diag(1, 1, 0) and whose third coordinate is the token score (the head is v = e_3).
+PROMPT_KEY = torch.diag(torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64))
+
+
+def _prompt_problem(positions, scores) -> Problem:
+    """A prompt-model problem (labels +1, head e_3) from 2-D positions (..., n, T, 2) and scores (..., n, T)."""
+    X = torch.cat([torch.as_tensor(positions, dtype=torch.float64),
+                   torch.as_tensor(scores, dtype=torch.float64)[..., None]], -1)
+    return Problem(X, torch.ones(X.shape[:-2], dtype=torch.float64), None,
+                   torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))
+
+
+def single_input_problem(*, global_case: bool) -> Problem:
+    """Paper B's single-input example: keys (-0.1, 1), (1, 0), (0, 0) with scores 1, 0.9 and 0.9 (global case:
+    every direction leads to the optimal first token) or 0 (local case: the second token is locally optimal)."""
+    return _prompt_problem([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]], [[1.0, 0.9, 0.9 if global_case else 0.0]])
+
+
+def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
+    """Paper B's multi-input example: n = 3 sequences of T = 7 tokens. Token 1 (score 1) sits near (1, 0),
+    tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus `spread` times Gaussian noise."""
+    gen = torch.Generator().manual_seed(int(seed))
+    centres = torch.tensor([[1.0, 0.0]] + [[-1.0, 1.0]] * 3 + [[-0.5, -0.5]] * 3, dtype=torch.float64)
+    positions = centres + spread * torch.randn(3, 7, 2, generator=gen, dtype=torch.float64)
+    return _prompt_problem(positions, torch.tensor([1.0] + [0.5] * 6).expand(3, 7))
+
+
+def loss_example_problem(C: float) -> Problem:
+    """Paper B's example of the effect of the loss: sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C,
+    sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both."""
+    return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, float(C)], [0.0, 1.0]])

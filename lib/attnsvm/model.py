@@ -6,17 +6,29 @@ parameterization W = K Q^T.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import torch
 import torch.nn.functional as F
 
 from .checks import as_tensor, choice
 from .data import Problem
 
+
+class Loss(NamedTuple):
+    """A loss l of the margin x = Y f(X), decreasing in x."""
+
+    value: Callable  # l(x)
+    derivative: Callable  # l'(x)
+    excess: Callable  # (x, delta) -> l(x - delta) - l(x), accurate when delta is tiny
+
+
 LOSSES = {
-    # name: (loss l(x), derivative l'(x)); every loss is decreasing in the margin x = Y f(X).
-    "logistic": (lambda x: F.softplus(-x), lambda x: -torch.sigmoid(-x)),
-    "exponential": (lambda x: torch.exp(-x), lambda x: -torch.exp(-x)),
-    "linear": (lambda x: -x, lambda x: -torch.ones_like(x)),
+    "logistic": Loss(lambda x: F.softplus(-x), lambda x: -torch.sigmoid(-x),
+                     lambda x, delta: torch.log1p(torch.sigmoid(-x) * torch.expm1(delta))),
+    "exponential": Loss(lambda x: torch.exp(-x), lambda x: -torch.exp(-x),
+                        lambda x, delta: torch.exp(-x) * torch.expm1(delta)),
+    "linear": Loss(lambda x: -x, lambda x: -torch.ones_like(x), lambda x, delta: delta),
 }
 
 
@@ -41,7 +53,15 @@ def logits(problem: Problem, W) -> torch.Tensor:
 
 def raw_logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
     """`logits` without checking W (for inner loops that built W themselves)."""
-    return torch.einsum("...ntd,...de,...ne->...nt", problem.X, W, problem.Z)
+    return torch.einsum("...ntd,...de,...ne->...nt", problem.X, W, queries(problem))
+
+
+def queries(problem: Problem) -> torch.Tensor:
+    """The problem's query tokens Z, or a clear error for a prompt-model problem (which has none)."""
+    if problem.Z is None:
+        raise ValueError("this Problem has no query tokens Z (it is a prompt-model problem, trained by "
+                         "train.gd_prompt): build it with Z to use the cross-attention model")
+    return problem.Z
 
 
 def attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
@@ -61,5 +81,4 @@ def outputs(problem: Problem, W: torch.Tensor) -> torch.Tensor:
 
 def loss(problem: Problem, W: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
     """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
-    ell, _ = LOSSES[choice(kind, "loss", tuple(LOSSES))]
-    return ell(problem.Y * outputs(problem, W)).mean(-1)
+    return LOSSES[choice(kind, "loss", tuple(LOSSES))].value(problem.Y * outputs(problem, W)).mean(-1)

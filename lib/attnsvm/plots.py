@@ -38,13 +38,52 @@ def svm_picture(ax, tokens, alpha: int, w, *, support=None, color=PALETTE["blue"
     if support is not None and np.any(support):
         ax.scatter(*tokens[np.asarray(support)].T, s=160, facecolor="none", edgecolor="black", zorder=4,
                    label=f"support tokens{label}")
-    unit = w / np.linalg.norm(w)
-    normal = np.array([-unit[1], unit[0]])
     reach = 4 * np.abs(tokens).max() + 1
     for gap, style in ((0.0, ":"), (0.5, "-"), (1.0, "--")):
-        anchor = tokens[alpha] - gap * w / (w @ w)
-        ends = anchor + np.outer([-reach, reach], normal)
-        ax.plot(*ends.T, color=color, linestyle=style, linewidth=1.2, alpha=0.8)
-    ax.annotate("", xy=tokens[alpha] + 0.6 * unit, xytext=tokens[alpha],
+        line(ax, tokens[alpha] - gap * w / (w @ w), w, color=color, linestyle=style, reach=reach)
+    ax.annotate("", xy=tokens[alpha] + 0.6 * w / np.linalg.norm(w), xytext=tokens[alpha],
                 arrowprops=dict(arrowstyle="->", color=color, linewidth=2))
     ax.set_aspect("equal")
+
+
+def line(ax, point, normal, *, reach: float = 100.0, color=PALETTE["black"], linestyle="-", label=None) -> None:
+    """The line through `point` orthogonal to `normal` (a separating hyperplane in R^2)."""
+    point, normal = np.asarray(point, dtype=float), np.asarray(normal, dtype=float)
+    along = np.array([-normal[1], normal[0]]) / np.linalg.norm(normal)
+    ends = point + np.outer([-reach, reach], along)
+    ax.plot(*ends.T, color=color, linestyle=linestyle, linewidth=1.2, alpha=0.8, label=label)
+
+
+def ray(ax, direction, *, length: float = 100.0, color=PALETTE["black"], linestyle="--", label=None) -> None:
+    """The ray from the origin along `direction` (an SVM direction, e.g. W^mm z_i, in R^2)."""
+    direction = np.asarray(direction, dtype=float)
+    end = length * direction / np.linalg.norm(direction)
+    ax.plot([0, end[0]], [0, end[1]], color=color, linestyle=linestyle, linewidth=1.5, label=label)
+
+
+def path(ax, points, *, arrow_every: int = 0, color=PALETTE["blue"], linestyle="-", label=None) -> None:
+    """A trajectory of points (K, 2) in R^2 (e.g. W(k) z_i or p(k)), with an arrowhead every `arrow_every` points."""
+    points = np.asarray(points, dtype=float)
+    ax.plot(*points.T, color=color, linestyle=linestyle, label=label)
+    for k in range(arrow_every, len(points), arrow_every or len(points)):
+        ax.annotate("", xy=points[k], xytext=points[k - 1],
+                    arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.5, mutation_scale=14))
+
+
+def band(ax, x, runs, *, color=None, label=None, spread: str = "std", log: bool = False) -> None:
+    """The mean over runs (axis 1 of `runs`, shape (len(x), runs)) with a shaded band: +-1 standard deviation
+    (spread="std"), the standard error ("sem") or the 10th-90th percentiles ("percentile"). With log=True the
+    mean is geometric and the band is taken on log values (for quantities that decay over decades)."""
+    values = np.log10(np.asarray(runs, dtype=float)) if log else np.asarray(runs, dtype=float)
+    centre = values.mean(1)
+    if spread == "percentile":
+        low, high = np.percentile(values, [10, 90], axis=1)
+    elif spread in ("std", "sem"):
+        width = values.std(1) / (np.sqrt(values.shape[1]) if spread == "sem" else 1)
+        low, high = centre - width, centre + width
+    else:
+        raise ValueError(f"spread={spread!r} is not supported: choose 'std', 'sem' or 'percentile'")
+    if log:
+        centre, low, high = 10**centre, 10**low, 10**high
+    (drawn,) = ax.plot(x, centre, color=color, label=label)
+    ax.fill_between(x, low, high, color=drawn.get_color(), alpha=0.2, linewidth=0)

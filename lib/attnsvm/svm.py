@@ -82,36 +82,38 @@ def _scatter(values: np.ndarray, alpha: np.ndarray, T: int) -> np.ndarray:
     return out
 
 
-def _least_distance(A: np.ndarray):
-    """min ||w|| s.t. A w >= 1 by NNLS; returns (w, multipliers) or None when infeasible.
+def _least_distance(A: np.ndarray, h: np.ndarray | None = None):
+    """min ||w|| s.t. A w >= h (default h = 1) by NNLS; returns (w, multipliers) or None when infeasible.
 
-    Lawson-Hanson: with E = [A^T; 1^T] and f = e_last, solve min_{u >= 0} ||E u - f||, r = E u - f.
-    Then ||r||^2 = -r_last, w = -r[:-1] / r_last = A^T u / (1 - 1^T u) and lambda = u / (1 - 1^T u) are the
+    Lawson-Hanson: with E = [A^T; h^T] and f = e_last, solve min_{u >= 0} ||E u - f||, r = E u - f.
+    Then ||r||^2 = -r_last, w = -r[:-1] / r_last = A^T u / (1 - h^T u) and lambda = u / (1 - h^T u) are the
     KKT multipliers (w = A^T lambda). ||w||^2 = 1 / ||r||^2 - 1, so a tiny residual means no feasible w.
     """
     k, p = A.shape
-    E = np.vstack([A.T, np.ones((1, k))])
+    h = np.ones(k) if h is None else h
+    E = np.vstack([A.T, h[None, :]])
     f = np.zeros(p + 1)
     f[-1] = 1.0
     u, _ = nnls(E, f, maxiter=50 * (k + p + 1))
-    rho = 1.0 - u.sum()
+    rho = 1.0 - h @ u
     if rho <= 1.0 / (1.0 + MAX_NORM**2):
         return None
-    lam, w = _polish(A, u / rho)
-    smallest = (A @ w).min()  # below 1 by round-off ~1e-11 ||w|| on nearly infeasible problems: scale up
-    return (w / smallest, lam / smallest) if smallest < 1 else (w, lam)
+    lam, w = _polish(A, h, u / rho)
+    margins = A @ w
+    smallest = (margins[h > 0] / h[h > 0]).min(initial=1.0)  # below 1 by round-off ~1e-11 ||w|| when nearly
+    return (w / smallest, lam / smallest) if smallest < 1 else (w, lam)  # infeasible: scale up
 
 
-def _polish(A: np.ndarray, lam: np.ndarray):
-    """Re-solve the KKT system on the active set (margins exactly 1 on the support) to machine precision."""
+def _polish(A: np.ndarray, h: np.ndarray, lam: np.ndarray):
+    """Re-solve the KKT system on the active set (margins exactly h on the support) to machine precision."""
     support = lam > 1e-12 * max(lam.max(), 1.0)
     if support.any():
         A_s = A[support]
-        lam_s, *_ = np.linalg.lstsq(A_s @ A_s.T, np.ones(support.sum()), rcond=None)
+        lam_s, *_ = np.linalg.lstsq(A_s @ A_s.T, h[support], rcond=None)
         polished = np.zeros_like(lam)
         polished[support] = lam_s
         w = A.T @ polished
-        if lam_s.min() >= 0 and (A @ w).min() >= 1 - 1e-12:
+        if lam_s.min() >= 0 and (A @ w - h).min() >= -1e-12:
             return polished, w
     return lam, A.T @ lam
 
@@ -126,15 +128,19 @@ def _cvx_problem(norm: str, k: int, d: int, solver: str):
     return cp.Problem(cp.Minimize(objective), [margin]), A, W, margin
 
 
-def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str):
-    """Solve with cvxpy; returns (w, multipliers) or None when the solver certifies infeasibility."""
+def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str, options: dict | None = None):
+    """Solve with cvxpy; returns (w, multipliers) or None when the solver certifies infeasibility.
+
+    options override the solver settings (by default tight tolerances, but Clarabel's own 1e-8 for the SDP,
+    where tighter ones fail).
+    """
     problem, A_param, W, margin = _cvx_problem(norm, A.shape[0], d, solver)
     A_param.value = A
-    if solver == "clarabel":  # tight tolerances for the QP; Clarabel's own (1e-8) for the SDP, where it struggles
-        tight = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10) if norm == "fro" else {}
-        problem.solve(solver=cp.CLARABEL, max_iter=500, **tight)
+    if solver == "clarabel":
+        settings = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10) if norm == "fro" else {}
+        problem.solve(solver=cp.CLARABEL, **{"max_iter": 500, **settings, **(options or {})})
     else:
-        problem.solve(solver=cp.SCS, eps_abs=1e-9, eps_rel=1e-9, max_iters=100_000)
+        problem.solve(solver=cp.SCS, **{"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 100_000, **(options or {})})
     if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
         return None
     if problem.status != cp.OPTIMAL:
@@ -167,7 +173,8 @@ def _solve_ipm(instances, d: int):
     return solutions
 
 
-def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return_multipliers: bool = False):
+def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return_multipliers: bool = False,
+            options: dict | None = None):
     """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
 
     X (..., n, T, d) tokens, Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
@@ -175,8 +182,14 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
     solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (all problems of a batch at once) for "nuc".
     return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
     A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
+    options: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
+    {"eps_abs": 1e-4, "eps_rel": 1e-4} to see what a loose solver returns.
+    Every returned W satisfies all margins >= 1 exactly: a solution short by round-off (less than MARGIN_TOL,
+    or anything with `options`) is scaled up; a larger shortfall raises SolverError.
     Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists.
     """
+    if options is not None and solver in (None, "nnls", "ipm"):
+        raise ValueError("options apply to the cvxpy solvers only: pass solver='clarabel' or 'scs' with them")
     choice(norm, "norm", tuple(SOLVERS))
     solver = SOLVERS[norm][0] if solver is None else choice(solver, "solver", SOLVERS[norm])
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
@@ -187,7 +200,7 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
     elif solver == "nnls":
         solutions = [_least_distance(constraint_matrix(*instance)) for instance in instances]
     else:
-        solutions = [_solve_cvx(constraint_matrix(*instance), d, norm, solver) for instance in instances]
+        solutions = [_solve_cvx(constraint_matrix(*instance), d, norm, solver, options) for instance in instances]
     infeasible = [b for b, solution in enumerate(solutions) if solution is None]
     if infeasible:
         where = f" for batch instances {infeasible}" if batch else ""
@@ -196,11 +209,13 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
             f"(or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible for every alpha when "
             f"d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. theory.optimal_tokens).",
             infeasible)
-    for instance, (w, _) in zip(instances, solutions):
+    for b, (instance, (w, lam)) in enumerate(zip(instances, solutions)):
         smallest = (constraint_matrix(*instance) @ w).min()
-        if smallest < 1 - MARGIN_TOL:
+        if smallest < 1 - MARGIN_TOL and options is None:
             raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {smallest:.3g} < 1; "
                               f"try solver={_alternative(norm, solver)!r}")
+        if smallest < 1:  # round-off (or a loose solver): scale up to satisfy every margin exactly
+            solutions[b] = (w / smallest, lam)
     W = np.stack([w.reshape(d, d) for w, _ in solutions]).reshape(batch + (d, d))
     if not return_multipliers:
         return W
@@ -213,3 +228,27 @@ def feasible(X, Z, alpha) -> np.ndarray:
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
     flags = [_least_distance(constraint_matrix(*instance)) is not None for instance in zip(Xs, Zs, alphas)]
     return np.array(flags, dtype=bool).reshape(batch)
+
+
+def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
+    """Paper B's SVM for the query p: min ||p|| s.t. (k_{i,alpha_i} - k_it)^T p >= 1 for all i, t != alpha_i,
+    with keys k_it = key^T x_it. X (..., n, T, d), key (d, d), alpha (..., n); returns p (..., d).
+
+    relaxed: optional boolean (..., n): those sequences only need margin >= 0 (the relaxed p-SVM of joint
+    training, where the sequences that are not support vectors of the head's SVM are relaxed).
+    """
+    Xs, _, alphas, batch = _arrays(X, np.zeros(np.shape(X)[:-2] + np.shape(X)[-1:]), alpha)
+    _, n, T, d = Xs.shape
+    key = as_tensor(key, "key").cpu().numpy()
+    require_shape(torch.as_tensor(key), "key", (d, d), "the fixed key-query matrix")
+    relaxed = np.zeros((len(Xs), n), bool) if relaxed is None else np.asarray(relaxed, bool).reshape(len(Xs), n)
+    solutions = []
+    for b, (Xb, ab) in enumerate(zip(Xs, alphas)):
+        deltas, _ = _pairs(Xb @ key, np.zeros((n, d)), ab)
+        h = np.repeat(np.where(relaxed[b], 0.0, 1.0), T - 1)
+        solution = _least_distance(deltas, h)
+        if solution is None:
+            raise InfeasibleSVM(f"the p-SVM is infeasible for batch instance {b}: no query separates the selected "
+                                f"keys; select other tokens", [b])
+        solutions.append(solution[0])
+    return np.stack(solutions).reshape(batch + (d,))

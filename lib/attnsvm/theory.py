@@ -8,7 +8,7 @@ import torch
 from . import svm
 from .checks import as_index, as_tensor
 from .data import Problem
-from .model import logits, token_values
+from .model import attention, logits, token_values
 
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
 
@@ -52,21 +52,42 @@ def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
     return np.abs(margins(problem, alpha, W) - 1) <= SUPPORT_TOL
 
 
+def _svm_where_feasible(problem: Problem, alpha: np.ndarray):
+    """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d))."""
+    feasible = np.asarray(svm.feasible(problem.X, problem.Z, alpha))
+    solutions = np.full(problem.batch_shape + (problem.d, problem.d), np.nan)
+    if feasible.any():
+        chosen = torch.as_tensor(feasible)
+        instances = problem[chosen] if problem.batch_shape else problem
+        solutions[feasible] = svm.att_svm(instances.X, instances.Z, alpha[feasible] if alpha.ndim > 1 else alpha)
+    return feasible, solutions
+
+
 def locally_optimal(problem: Problem, alpha) -> np.ndarray:
     """Whether alpha is locally optimal: W_alpha^mm exists and gamma_{i,alpha_i} > gamma_it for every support token t.
 
     Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape.
     """
     alpha = as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T)
+    feasible, solutions = _svm_where_feasible(problem, alpha)
     gamma = token_scores(problem).cpu().numpy()
-    flags = np.zeros(problem.batch_shape, dtype=bool)
-    for index in np.ndindex(*problem.batch_shape):
-        instance = problem[index] if index else problem
-        try:
-            W = svm.att_svm(instance.X, instance.Z, alpha[index])
-        except svm.InfeasibleSVM:
-            continue
-        support = support_tokens(instance, alpha[index], W)
-        chosen = np.take_along_axis(gamma[index], alpha[index][:, None], axis=-1)
-        flags[index] = bool(np.all((chosen > gamma[index]) | ~support))
-    return flags
+    chosen = np.take_along_axis(gamma, alpha[..., None], axis=-1)
+    support = np.abs(margins(problem, alpha, np.nan_to_num(solutions)) - 1) <= SUPPORT_TOL
+    return feasible & np.all((chosen > gamma) | ~support, axis=(-2, -1))
+
+
+def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
+    """Classify where gradient descent went, from its final iterate W (..., d, d): "global" if attention selects
+    the optimal tokens and corr(W, W^mm) >= threshold; "local" if it selects other, locally-optimal tokens
+    alpha and corr(W, W_alpha^mm) >= threshold; "none" otherwise. Returns a string array of batch shape.
+    """
+    selection = attention(problem, W).argmax(-1).cpu().numpy()
+    feasible, solutions = _svm_where_feasible(problem, selection)
+    aligned = np.zeros(problem.batch_shape, dtype=bool)
+    aligned[feasible] = correlation(np.asarray(W)[feasible] if problem.batch_shape else W,
+                                    solutions[feasible]) >= threshold
+    is_optimal = np.all(selection == optimal_tokens(problem).cpu().numpy(), axis=-1)
+    labels = np.full(problem.batch_shape, "none", dtype=object)
+    labels[aligned & is_optimal] = "global"
+    labels[aligned & ~is_optimal & locally_optimal(problem, selection)] = "local"
+    return labels.astype(str)
