@@ -2,18 +2,23 @@
 
     min ||W||_*  s.t.  <delta_k z_k^T, W> >= 1  (k = 1..K; delta_k = x_{i,alpha_i} - x_it, z_k = z_i)
 
-is the semidefinite program (with S = [[P, W], [W^T, Q]] of size r = 2d)
+An optimal W maps span{z_k} into span{delta_k} (projecting W onto these subspaces keeps every constraint and
+does not increase the nuclear norm), so with orthonormal bases U (d x r1) and V (d x r2) of the two spans it
+is W = U M V^T, where M solves the same problem for the reduced vectors U^T delta_k and V^T z_k. That is the
+semidefinite program (S = [[S11, M], [M^T, S22]] of size r = r1 + r2)
 
     primal:  min <C, S>  s.t.  <A_k, S> - w_k = 1,  S >= 0 (PSD),  w >= 0,       C = I / 2,
     dual:    max sum_k y_k  s.t.  Z = C - sum_k y_k A_k >= 0 (PSD),  y >= 0,
 
-where A_k = (p_k q_k^T + q_k p_k^T) / 2 with p_k = [delta_k; 0], q_k = [0; z_k], so that <A_k, S> = <delta_k z_k^T, W>.
-The dual multipliers y are those of the Att-SVM: sum_k y_k delta_k z_k^T is a subgradient of ||.||_* at W.
+where A_k = (p_k q_k^T + q_k p_k^T) / 2 with p_k = [U^T delta_k; 0], q_k = [0; V^T z_k], so that <A_k, S> is the
+margin <delta_k z_k^T, W>. The dual multipliers y are those of the Att-SVM: sum_k y_k delta_k z_k^T is a
+subgradient of ||.||_* at W.
 
-Every A_k has rank two, so the Schur complement M_kl = tr(A_k S A_l Z^-1) (the HKM direction) is a sum of four
-Hadamard products of K x K matrices and costs O(K^2 r) instead of O(K^2 r^2). Mehrotra predictor-corrector
-steps, infeasible start; all problems of a batch advance together in one tensor program. General-purpose
-conic solvers (Clarabel, SCS) treat the same SDP without this structure and take 50-1000 times longer.
+Every A_k has rank two and p_k, q_k live in complementary blocks, so the Schur complement
+M_kl = tr(A_k S A_l Z^-1) (the HKM direction) is a sum of four Hadamard products of K x K matrices built from
+the blocks of S and Z^-1. Mehrotra predictor-corrector steps, infeasible start; all problems of a batch
+advance together in one tensor program. General-purpose conic solvers (Clarabel, SCS) treat the same SDP
+without this structure and take 10-100 times longer.
 """
 
 from __future__ import annotations
@@ -29,22 +34,32 @@ def _sym(N: torch.Tensor) -> torch.Tensor:
     return (N + N.transpose(-2, -1)) / 2
 
 
-def _apply(P: torch.Tensor, Q: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-    """A(S)_k = <A_k, S> = p_k^T S q_k for symmetric S: shape (B, K)."""
-    return torch.einsum("brk,brs,bsk->bk", P, S, Q)
+class _Constraints:
+    """The operator A(S)_k = <A_k, S>, its adjoint, and the Schur complement, for D (B, r1, K), Zq (B, r2, K)."""
 
+    def __init__(self, D: torch.Tensor, Zq: torch.Tensor):
+        self.D, self.Zq, self.r1 = D, Zq, D.shape[-2]
 
-def _adjoint(P: torch.Tensor, Q: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """A^T(y) = sum_k y_k A_k: shape (B, r, r)."""
-    return _sym(torch.einsum("brk,bk,bsk->brs", P, y, Q))
+    def apply(self, S: torch.Tensor) -> torch.Tensor:
+        """A(S)_k = p_k^T S q_k = delta_k^T S12 z_k, for symmetric S: (B, K)."""
+        return torch.einsum("brk,brs,bsk->bk", self.D, S[:, : self.r1, self.r1:], self.Zq)
 
+    def adjoint(self, y: torch.Tensor) -> torch.Tensor:
+        """sum_k y_k A_k = [[0, G / 2], [G^T / 2, 0]] with G = sum_k y_k delta_k z_k^T: (B, r, r)."""
+        G = torch.einsum("brk,bk,bsk->brs", self.D, y, self.Zq) / 2
+        top = torch.cat([torch.zeros_like(G[..., :1].expand(-1, -1, self.r1)), G], -1)
+        bottom = torch.cat([G.transpose(-2, -1), torch.zeros_like(G[:, :1].expand(-1, G.shape[-1], -1))], -1)
+        return torch.cat([top, bottom], -2)
 
-def _schur(P, Q, S, Zinv):
-    """M_kl = tr(A_k S A_l Z^-1), using A_k = (p q^T + q p^T) / 2."""
-    def quad(L, R, N):
-        return L.transpose(-2, -1) @ N @ R
-    return (quad(Q, P, S) * quad(P, Q, Zinv) + quad(Q, Q, S) * quad(P, P, Zinv)
-            + quad(P, P, S) * quad(Q, Q, Zinv) + quad(P, Q, S) * quad(Q, P, Zinv)) / 4
+    def schur(self, S: torch.Tensor, Zinv: torch.Tensor) -> torch.Tensor:
+        """M_kl = tr(A_k S A_l Z^-1) = (1/4) [(D'S12 Z)^T o (D'Zi12 Z) + (Z'S22 Z) o (D'Zi11 D)
+        + (D'S11 D) o (Z'Zi22 Z) + (D'S12 Z) o (D'Zi12 Z)^T] (' transposes, o is the Hadamard product)."""
+        r1, D, Zq = self.r1, self.D, self.Zq
+        Dt, Zt = D.transpose(-2, -1), Zq.transpose(-2, -1)
+        cross_S, cross_Z = Dt @ S[:, :r1, r1:] @ Zq, Dt @ Zinv[:, :r1, r1:] @ Zq
+        return (cross_S.transpose(-2, -1) * cross_Z + cross_S * cross_Z.transpose(-2, -1)
+                + (Zt @ S[:, r1:, r1:] @ Zq) * (Dt @ Zinv[:, :r1, :r1] @ D)
+                + (Dt @ S[:, :r1, :r1] @ D) * (Zt @ Zinv[:, r1:, r1:] @ Zq)) / 4
 
 
 def _max_step(L: torch.Tensor, dS: torch.Tensor) -> torch.Tensor:
@@ -76,6 +91,13 @@ def _cholesky_with_jitter(M: torch.Tensor, active: torch.Tensor) -> torch.Tensor
     raise FloatingPointError("the interior-point Schur complement lost positive definiteness")
 
 
+def _basis(vectors: torch.Tensor) -> torch.Tensor:
+    """Orthonormal bases (B, d, r) of the spans of the rows of `vectors` (B, K, d), r = the largest rank."""
+    U, sigma, _ = torch.linalg.svd(vectors.transpose(-2, -1), full_matrices=False)
+    rank = int((sigma > 1e-10 * sigma[..., :1]).sum(-1).max())
+    return U[..., :rank]
+
+
 def solve(deltas: torch.Tensor, queries: torch.Tensor):
     """Nuclear-norm Att-SVMs for a batch: deltas, queries (B, K, d) -> (W (B, d, d), y (B, K), converged (B,)).
 
@@ -84,23 +106,22 @@ def solve(deltas: torch.Tensor, queries: torch.Tensor):
     happens on nearly infeasible problems, whose solutions have huge norms).
     """
     B, K, d = deltas.shape
-    r = 2 * d
     # Solve for unit-size data: with c = max ||delta_k|| max ||z_k||, W = W' / c and y = y' / c. Then every
     # ||delta_k z_k^T||_op <= 1, so ||W'||_* >= 1 and the tolerances below are relative.
     c = (deltas.norm(dim=-1).amax(-1) * queries.norm(dim=-1).amax(-1))[:, None]
     deltas = deltas / deltas.norm(dim=-1).amax(-1)[:, None, None]
     queries = queries / queries.norm(dim=-1).amax(-1)[:, None, None]
-    zeros = torch.zeros_like(deltas)
-    P = torch.cat([deltas, zeros], -1).transpose(-2, -1)  # (B, r, K): columns p_k
-    Q = torch.cat([zeros, queries], -1).transpose(-2, -1)
+    U, V = _basis(deltas), _basis(queries)
+    A = _Constraints(U.transpose(-2, -1) @ deltas.transpose(-2, -1), V.transpose(-2, -1) @ queries.transpose(-2, -1))
+    r1, r = U.shape[-1], U.shape[-1] + V.shape[-1]
     eye = torch.eye(r, dtype=deltas.dtype, device=deltas.device).expand(B, r, r)
     C, b = eye / 2, torch.ones(B, K, dtype=deltas.dtype, device=deltas.device)
     S, Z, w, y = eye.clone(), eye.clone(), b.clone(), b.clone()
     converged = torch.zeros(B, dtype=torch.bool, device=deltas.device)
     stalled = torch.zeros_like(converged)
     for _ in range(MAX_ITER):
-        Rp = b - _apply(P, Q, S) + w  # primal residual of A(S) - w = b
-        Rd = C - _adjoint(P, Q, y) - Z  # dual residual
+        Rp = b - A.apply(S) + w  # primal residual of A(S) - w = b
+        Rd = C - A.adjoint(y) - Z  # dual residual
         primal, dual = (C * S).sum((-2, -1)), y.sum(-1)
         gap = (S * Z).sum((-2, -1)) + (w * y).sum(-1)
         mu = gap / (r + K)
@@ -118,15 +139,15 @@ def solve(deltas: torch.Tensor, queries: torch.Tensor):
         LZ = torch.where(active[:, None, None], LZ, eye)
         LS = torch.where(active[:, None, None], LS, eye)
         Zinv = torch.cholesky_inverse(LZ)
-        LM = _cholesky_with_jitter(_schur(P, Q, Si, Zinv) + torch.diag_embed(w / y), active)
+        LM = _cholesky_with_jitter(A.schur(Si, Zinv) + torch.diag_embed(w / y), active)
 
         def direction(sigma_mu, second_S, second_w):
             """Newton direction for S Z = sigma mu I - second_S and w y = sigma mu - second_w."""
             G = (sigma_mu[:, None, None] * eye - Si @ Zi - second_S) @ Zinv  # dS = G - S dZ Z^-1
             lp = (sigma_mu[:, None] - w * y - second_w) / y  # dw = lp - (w / y) dy
-            rhs = Rp - _apply(P, Q, _sym(G - Si @ Rd @ Zinv)) + lp
+            rhs = Rp - A.apply(_sym(G - Si @ Rd @ Zinv)) + lp
             dy = torch.cholesky_solve(rhs[..., None], LM)[..., 0]
-            dZ = Rd - _adjoint(P, Q, dy)
+            dZ = Rd - A.adjoint(dy)
             return _sym(G - Si @ dZ @ Zinv), lp - w / y * dy, dy, dZ
 
         def steps(dS, dw, dy, dZ):
@@ -143,4 +164,4 @@ def solve(deltas: torch.Tensor, queries: torch.Tensor):
         a_p, a_d = steps(dS, dw, dy, dZ)
         S, w = S + a_p[:, None, None] * dS, w + a_p[:, None] * dw
         y, Z = y + a_d[:, None] * dy, Z + a_d[:, None, None] * dZ
-    return S[:, :d, d:] / c[..., None], y / c, converged
+    return U @ S[:, :r1, r1:] @ V.transpose(-2, -1) / c[..., None], y / c, converged

@@ -15,6 +15,7 @@ nuclear-norm problem is a semidefinite program, solved by this library's batched
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import cvxpy as cp
@@ -252,3 +253,76 @@ def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
                                 f"keys; select other tokens", [b])
         solutions.append(solution[0])
     return np.stack(solutions).reshape(batch + (d,))
+
+
+
+@dataclass(frozen=True)
+class GeneralSVM:
+    """Paper A's general SVM equivalence for attention that mixes the tokens O_i (nonlinear heads).
+
+    W_fin: the minimum-norm W with (x_it - x_itau)^T W z_i = log(s_it / s_itau) for t, tau in O_i (the finite
+    part: it sets the softmax composition inside O_i). W_mm: the minimum-norm W with margin >= 1 from every
+    t in O_i to every tau outside O_i and equal logits inside O_i (the directional part: it masks the rest).
+    """
+
+    relevant: np.ndarray  # (n, T) bool: O_i
+    W_fin: np.ndarray  # (d, d)
+    W_mm: np.ndarray  # (d, d)
+
+    def combined(self, W_gd) -> np.ndarray:
+        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F."""
+        C = np.sum((np.asarray(W_gd) - self.W_fin) * self.W_mm) / np.sum(self.W_mm**2)
+        return self.W_fin + C * self.W_mm
+
+
+def general_svm(X, Z, probs, *, threshold: float = 1e-3) -> GeneralSVM:
+    """The general SVM of one problem, X (n, T, d), Z (n, d), from attention probabilities `probs` (n, T) (e.g.
+    the final softmax of gradient descent): O_i = {t : s_it >= threshold} (paper A's code uses 1e-3).
+
+    Raises InfeasibleSVM if the directional part has no solution (or no token is masked anywhere).
+    """
+    X, Z = as_tensor(X, "X").cpu().numpy(), as_tensor(Z, "Z").cpu().numpy()
+    probs = as_tensor(probs, "probs").cpu().numpy()
+    if X.ndim != 3 or Z.shape != (X.shape[0], X.shape[2]) or probs.shape != X.shape[:2]:
+        raise ValueError(f"general_svm takes one problem: X (n, T, d), Z (n, d), probs (n, T); got {X.shape}, "
+                         f"{Z.shape}, {probs.shape}")
+    n, T, d = X.shape
+    relevant = probs >= threshold
+    equal, logratio, apart = [], [], []
+    for i in range(n):
+        inside, outside = np.flatnonzero(relevant[i]), np.flatnonzero(~relevant[i])
+        first = inside[0]
+        for t in inside[1:]:  # equalities against the first relevant token span all pairs in O_i
+            equal.append(np.outer(X[i, t] - X[i, first], Z[i]).ravel())
+            logratio.append(np.log(probs[i, t] / probs[i, first]))
+        apart += [np.outer(X[i, t] - X[i, tau], Z[i]).ravel() for t in inside for tau in outside]
+    if not apart:
+        raise InfeasibleSVM("no token is masked (every s_it >= threshold): the directional part is undefined; "
+                            "train longer or lower `threshold`")
+    E = np.array(equal).reshape(-1, d * d)
+    w_fin = np.linalg.lstsq(E, np.array(logratio), rcond=None)[0] if len(E) else np.zeros(d * d)
+    # Equality constraints E w = 0: solve in the null space of E, where ||w|| is unchanged.
+    null = np.eye(d * d) - (np.linalg.pinv(E) @ E if len(E) else 0.0)
+    solution = _least_distance(np.array(apart) @ null)
+    if solution is None:
+        raise InfeasibleSVM("the directional part of the general SVM is infeasible: no W separates the relevant "
+                            "tokens from the masked ones with equal logits inside O_i")
+    return GeneralSVM(relevant, w_fin.reshape(d, d), (null @ solution[0]).reshape(d, d))
+
+
+def head_svm(X, Y, alpha) -> tuple[np.ndarray, np.ndarray]:
+    """The hard-margin SVM of the head on the selected tokens: v_mm = argmin ||v|| s.t. Y_i v^T x_{i,alpha_i} >= 1.
+
+    One problem: X (n, T, d), Y (n,), alpha (n,). Returns (v_mm (d,), support (n,) bool: the sequences on the
+    margin, the support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
+    """
+    X, Y = as_tensor(X, "X").cpu().numpy(), as_tensor(Y, "Y").cpu().numpy()
+    if X.ndim != 3 or Y.shape != X.shape[:1]:
+        raise ValueError(f"head_svm takes one problem: X (n, T, d) and Y (n,), got {X.shape} and {Y.shape}")
+    alpha = as_index(alpha, "alpha", Y.shape, X.shape[1])
+    rows = Y[:, None] * X[np.arange(len(Y)), alpha]
+    solution = _least_distance(rows)
+    if solution is None:
+        raise InfeasibleSVM("the selected tokens are not linearly separable by their labels: no head v exists")
+    v, _ = solution
+    return v, np.abs(rows @ v - 1) <= 1e-9

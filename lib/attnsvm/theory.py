@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import svm
-from .checks import as_index, as_tensor
+from . import data, svm
+from .checks import as_index, as_tensor, choice
 from .data import Problem
 from .model import attention, logits, token_values
 
@@ -91,3 +91,27 @@ def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
     labels[aligned & is_optimal] = "global"
     labels[aligned & ~is_optimal & locally_optimal(problem, selection)] = "local"
     return labels.astype(str)
+
+
+def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws: int = 2000,
+                    selection: str = "optimal"):
+    """Up to `count` random problems (`data.random_problem`) whose Att-SVM is feasible for the optimal tokens
+    (selection="optimal") or for a random selection ("random"), drawing at most `max_draws` candidates.
+
+    Returns (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than `count` when
+    feasibility is rare), their selections, and how many candidates were drawn to find them.
+    """
+    choice(selection, "selection", ("optimal", "random"))
+    batch = data.random_problem(n, T, d, seed=seed, batch=max_draws)
+    alpha = optimal_tokens(batch) if selection == "optimal" else data.random_selection(batch, seed=seed + 1)
+    found, draws = [], 0
+    for start in range(0, max_draws, 4 * count):
+        chunk = slice(start, min(start + 4 * count, max_draws))
+        flags = svm.feasible(batch.X[chunk], batch.Z[chunk], alpha[chunk])
+        found += [start + k for k in np.flatnonzero(flags)]
+        draws = chunk.stop
+        if len(found) >= count:
+            draws = found[count - 1] + 1
+            break
+    chosen = torch.as_tensor(found[:count], dtype=torch.long)
+    return batch[chosen], alpha[chosen], draws

@@ -1,0 +1,71 @@
+"""Prediction heads h: R^d -> R applied to the attention output a_i = X_i^T s_i, so that f(X_i) = h(a_i).
+
+The linear head h(a) = v^T a is the theory's main case (it is the problem's `v` when no head is given).
+Nonlinear heads make attention mix several tokens (Chapter 5). Each head gives its value and its gradient
+with respect to a, batched over (..., n, d).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .checks import as_tensor, positive_float
+
+
+@dataclass(frozen=True)
+class Linear:
+    """h(a) = v^T a."""
+
+    v: torch.Tensor  # (..., d)
+
+    def value(self, a: torch.Tensor) -> torch.Tensor:
+        return (a * self.v[..., None, :]).sum(-1)
+
+    def gradient(self, a: torch.Tensor) -> torch.Tensor:
+        return self.v[..., None, :].expand(a.shape)
+
+
+@dataclass(frozen=True)
+class ReLU:
+    """h(a) = 1^T ReLU(V^T a): a one-hidden-layer ReLU network with fixed weights V (..., d, k) (paper A's
+    `relu` head, with V Gaussian scaled to ||V||_F = 1)."""
+
+    V: torch.Tensor
+
+    def __post_init__(self):
+        object.__setattr__(self, "V", as_tensor(self.V, "V"))
+
+    def value(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ self.V).sum(-1)
+
+    def gradient(self, a: torch.Tensor) -> torch.Tensor:
+        active = (a @ self.V > 0).to(a.dtype)  # (..., n, k)
+        return active @ self.V.transpose(-2, -1)
+
+
+@dataclass(frozen=True)
+class Lambda:
+    """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens."""
+
+    v: torch.Tensor
+    lam: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "v", as_tensor(self.v, "v"))
+        if float(self.lam) != 0:
+            object.__setattr__(self, "lam", positive_float(self.lam, "lam"))
+
+    def value(self, a: torch.Tensor) -> torch.Tensor:
+        return (a * self.v[..., None, :]).sum(-1) - self.lam * (a * a).sum(-1)
+
+    def gradient(self, a: torch.Tensor) -> torch.Tensor:
+        return self.v[..., None, :] - 2 * self.lam * a
+
+
+def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
+    """Paper A's ReLU head: V Gaussian (d, d), scaled to unit Frobenius norm, one per problem of the batch."""
+    gen = torch.Generator().manual_seed(int(seed))
+    V = torch.randn(((batch,) if batch else ()) + (d, d), generator=gen, dtype=torch.float64)
+    return ReLU(V / V.norm(dim=(-2, -1), keepdim=True))
