@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from .checks import as_tensor, choice
 from .data import Problem
@@ -24,11 +23,11 @@ class Loss(NamedTuple):
 
 
 LOSSES = {
-    "logistic": Loss(lambda x: F.softplus(-x), lambda x: -torch.sigmoid(-x),
+    "logistic": Loss(lambda x: torch.logaddexp(torch.zeros_like(x), -x), lambda x: -torch.sigmoid(-x),
                      lambda x, delta: torch.log1p(torch.sigmoid(-x) * torch.expm1(delta))),
     "exponential": Loss(lambda x: torch.exp(-x), lambda x: -torch.exp(-x),
                         lambda x, delta: torch.exp(-x) * torch.expm1(delta)),
-    "linear": Loss(lambda x: -x, lambda x: -torch.ones_like(x), lambda x, delta: delta),
+    "linear": Loss(lambda x: -x, lambda x: -torch.ones_like(x), lambda x, delta: torch.broadcast_tensors(x, delta)[1]),
 }
 
 

@@ -65,7 +65,7 @@ def path(ax, points, *, arrow_every: int = 0, color=PALETTE["blue"], linestyle="
     """A trajectory of points (K, 2) in R^2 (e.g. W(k) z_i or p(k)), with an arrowhead every `arrow_every` points."""
     points = np.asarray(points, dtype=float)
     ax.plot(*points.T, color=color, linestyle=linestyle, label=label)
-    for k in range(arrow_every, len(points), arrow_every or len(points)):
+    for k in range(arrow_every, len(points), arrow_every) if arrow_every > 0 else ():
         ax.annotate("", xy=points[k], xytext=points[k - 1],
                     arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.5, mutation_scale=14))
 

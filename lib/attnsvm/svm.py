@@ -242,7 +242,13 @@ def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
     _, n, T, d = Xs.shape
     key = as_tensor(key, "key").cpu().numpy()
     require_shape(torch.as_tensor(key), "key", (d, d), "the fixed key-query matrix")
-    relaxed = np.zeros((len(Xs), n), bool) if relaxed is None else np.asarray(relaxed, bool).reshape(len(Xs), n)
+    if relaxed is None:
+        relaxed = np.zeros((len(Xs), n), bool)
+    else:
+        relaxed = np.asarray(relaxed, bool)
+        if relaxed.shape != batch + (n,):
+            raise ValueError(f"relaxed must have shape {batch + (n,)} (one flag per sequence), got {relaxed.shape}")
+        relaxed = relaxed.reshape(len(Xs), n)
     solutions = []
     for b, (Xb, ab) in enumerate(zip(Xs, alphas)):
         deltas, _ = _pairs(Xb @ key, np.zeros((n, d)), ab)

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 
 from . import data, svm
-from .checks import as_index, as_tensor, choice
+from .checks import as_index, as_tensor, choice, positive_int
 from .data import Problem
-from .model import attention, logits, token_values
+from .model import attention, logits, queries, token_values
 
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
 
@@ -54,7 +54,7 @@ def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
 
 def _svm_where_feasible(problem: Problem, alpha: np.ndarray):
     """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d))."""
-    feasible = np.asarray(svm.feasible(problem.X, problem.Z, alpha))
+    feasible = np.asarray(svm.feasible(problem.X, queries(problem), alpha))
     solutions = np.full(problem.batch_shape + (problem.d, problem.d), np.nan)
     if feasible.any():
         chosen = torch.as_tensor(feasible)
@@ -102,6 +102,7 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
     feasibility is rare), their selections, and how many candidates were drawn to find them.
     """
     choice(selection, "selection", ("optimal", "random"))
+    count, max_draws = positive_int(count, "count"), positive_int(max_draws, "max_draws")
     batch = data.random_problem(n, T, d, seed=seed, batch=max_draws)
     alpha = optimal_tokens(batch) if selection == "optimal" else data.random_selection(batch, seed=seed + 1)
     found, draws = [], 0

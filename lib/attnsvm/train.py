@@ -33,7 +33,8 @@ class Trajectory:
     W: torch.Tensor | None = None  # (records, ..., d, d); for "KQ", W = K Q^T
     K: torch.Tensor | None = None  # (records, ..., d, m) for "KQ"
     Q: torch.Tensor | None = None
-    p: torch.Tensor | None = None  # (records, ..., d) for gd_prompt
+    p: torch.Tensor | None = None  # (records, ..., d) for gd_prompt and gd_joint
+    v: torch.Tensor | None = None  # (records, ..., d) for gd_joint
 
     def selection(self) -> torch.Tensor:
         """The token each sequence attends to most at the last recorded step, shape (..., n)."""
@@ -47,16 +48,16 @@ def loss_gradient(problem: Problem, W, kind: str = "logistic") -> torch.Tensor:
 
 
 def _logit_gradient(problem: Problem, u: torch.Tensor, logits: torch.Tensor, kind: str):
-    """(dL/dlogits, softmax probabilities), both (..., n, T), given the token values u = X v."""
+    """(dL/dlogits, softmax probabilities) (..., n, T) and dL/df (..., n), given the token values u = X v."""
     s = torch.softmax(logits, dim=-1)
     centred = ((u[..., :, None] - u[..., None, :]) * s[..., None, :]).sum(-1)  # sum_tau s_tau (u_t - u_tau)
     c = problem.Y * LOSSES[kind].derivative(problem.Y * (s * u).sum(-1)) / problem.n
-    return c[..., None] * s * centred, s
+    return c[..., None] * s * centred, s, c
 
 
 def _exact_gradient(problem: Problem, u: torch.Tensor, W: torch.Tensor, kind: str):
     """(dL/dW, softmax probabilities), given the token values u = X v."""
-    g, s = _logit_gradient(problem, u, raw_logits(problem, W), kind)
+    g, s, _ = _logit_gradient(problem, u, raw_logits(problem, W), kind)
     return torch.einsum("...nt,...ntd,...ne->...de", g, problem.X, problem.Z), s
 
 
@@ -208,6 +209,8 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
     choice(param, "param", PARAMS)
     choice(loss, "loss", tuple(LOSSES))
     radii = np.asarray([positive_float(R, "radii") for R in np.atleast_1d(radii)])
+    if radii.size == 0:
+        raise ValueError("radii must hold at least one radius")
     if np.any(np.diff(radii) <= 0):
         raise ValueError("radii must be increasing: the path is followed from the smallest radius up")
     steps, candidates = positive_int(steps, "steps"), positive_int(candidates, "candidates")
@@ -274,13 +277,12 @@ def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool 
     if init is None:
         p = torch.zeros(batch + (d,), dtype=torch.float64, device=device)
     else:
-        p = as_tensor(init, "init", device=device).expand(batch + (d,)).clone()
-        require_shape(p, "init", batch + (d,), "an initial p for every problem")
+        p = _initial_vector(init, "init", batch, d, device)
     keys = problem.X @ key  # k_it = key^T x_it, so that the logits are k_it^T p = x_it^T key p
     u = token_values(problem)
     recorder = _Recorder(steps, record_every)
     for k in range(steps + 1):
-        g, probs = _logit_gradient(problem, u, torch.einsum("...ntd,...d->...nt", keys, p), loss)
+        g, probs, _ = _logit_gradient(problem, u, torch.einsum("...ntd,...d->...nt", keys, p), loss)
         if recorder.wants(k):
             recorder.add(p=p, probs=probs, loss=_risk(problem, u, probs, loss))
         if k == steps:
@@ -288,3 +290,41 @@ def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool 
         G = torch.einsum("...nt,...ntd->...d", g, keys)
         p = p - lr * (_unit(G, dims=(-1,)) if normalized else G)
     return recorder.trajectory()
+
+
+def gd_joint(problem: Problem, key, *, steps: int, lr: float, init_p, init_v, normalized: bool = True,
+             record_every: int = 1, loss: str = "logistic") -> Trajectory:
+    """Joint gradient descent on the query p and the head v of paper B's model f(X) = <X v, softmax(X key p)>
+    (the problem's v and Z are not used). Each of p and v takes its own normalized step -lr g/||g||.
+    Returns a Trajectory with `.p` and `.v` (records, ..., d).
+    """
+    choice(loss, "loss", tuple(LOSSES))
+    steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
+    record_every = positive_int(record_every, "record_every")
+    batch, d, device = problem.batch_shape, problem.d, problem.X.device
+    key = as_tensor(key, "key", device=device)
+    require_shape(key, "key", (d, d), "the fixed key-query matrix of paper B's model")
+    p, v = (_initial_vector(value, name, batch, d, device) for value, name in ((init_p, "init_p"), (init_v, "init_v")))
+    keys = problem.X @ key
+    step = (lambda G: _unit(G, dims=(-1,))) if normalized else (lambda G: G)
+    recorder = _Recorder(steps, record_every)
+    for k in range(steps + 1):
+        u = torch.einsum("...ntd,...d->...nt", problem.X, v)
+        g, probs, c = _logit_gradient(problem, u, torch.einsum("...ntd,...d->...nt", keys, p), loss)
+        if recorder.wants(k):
+            recorder.add(p=p, v=v, probs=probs, loss=_risk(problem, u, probs, loss))
+        if k == steps:
+            break
+        G_p = torch.einsum("...nt,...ntd->...d", g, keys)
+        G_v = torch.einsum("...n,...nt,...ntd->...d", c, probs, problem.X)  # sum_i c_i X_i^T s_i
+        p, v = p - lr * step(G_p), v - lr * step(G_v)
+    return recorder.trajectory()
+
+
+def _initial_vector(value, name: str, batch: tuple, d: int, device) -> torch.Tensor:
+    """An initial vector (d,) shared by all problems, or one per problem (..., d)."""
+    vector = as_tensor(value, name, device=device)
+    if tuple(vector.shape) not in ((d,), batch + (d,)):
+        raise ValueError(f"{name} must have shape ({d},) or {batch + (d,)} (one vector per problem), "
+                         f"got {tuple(vector.shape)}")
+    return vector.expand(batch + (d,)).clone()

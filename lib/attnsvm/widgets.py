@@ -14,20 +14,23 @@ from IPython.display import display
 def explorer(draw, **controls) -> None:
     """Sliders for the keyword arguments of `draw(**values)`, which draws one matplotlib figure.
 
-    controls: name=(low, high, step, default) for a float slider, or name=[options...] for a dropdown
-    (its first option is the default). The live figure appears below the sliders once one is moved;
-    call `draw(**defaults)` in the cell before to show the static figure (with its caption).
+    controls: name=(low, high, step, default), a tuple, for a float slider, or name=[options...], a list, for
+    a dropdown (its first option is the default). The live figure appears below the sliders once one is
+    moved; call `draw(**defaults)` in the cell before to show the static figure (with its caption).
     """
     sliders = {}
     for name, spec in controls.items():
-        if isinstance(spec, (list, tuple)) and len(spec) == 4 and all(isinstance(v, (int, float)) for v in spec):
+        if isinstance(spec, tuple) and len(spec) == 4 and all(isinstance(v, (int, float)) for v in spec):
             low, high, step, default = spec
+            if not (low < high and step > 0 and low <= default <= high):
+                raise ValueError(f"control {name}={spec!r}: need low < high, step > 0 and low <= default <= high")
             sliders[name] = ipywidgets.FloatSlider(value=default, min=low, max=high, step=step, description=name,
                                                    continuous_update=False)
-        elif isinstance(spec, (list, tuple)) and spec:
-            sliders[name] = ipywidgets.Dropdown(options=list(spec), value=spec[0], description=name)
+        elif isinstance(spec, list) and spec:
+            sliders[name] = ipywidgets.Dropdown(options=spec, value=spec[0], description=name)
         else:
-            raise ValueError(f"control {name}={spec!r}: pass (low, high, step, default) or a list of options")
+            raise ValueError(f"control {name}={spec!r}: pass a tuple (low, high, step, default) for a slider or a "
+                             f"non-empty list of options for a dropdown")
     live = ipywidgets.Output()
 
     def redraw(change):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import data, theory
+from attnsvm import data, model, theory, train
 
 
 @pytest.mark.parametrize("batch", [None, 7])
@@ -155,3 +155,125 @@ def test_planar_problem_layout():
 def test_planar_problem_without_noise_puts_other_tokens_at_minus_e1():
     problem = data.planar_problem(seed=0, spread=0.0)
     np.testing.assert_array_equal(problem.X[:, 1:].numpy(), np.broadcast_to([-1.0, 0.0], (2, 4, 2)))
+
+
+def test_random_selection_covers_every_token():
+    problem = data.random_problem(5, 6, 7, seed=0, batch=50)
+    counts = np.bincount(data.random_selection(problem, seed=0).flatten().numpy(), minlength=6)
+    assert counts.sum() == 250 and (counts > 250 / 6 / 2).all()  # roughly uniform over the 6 tokens (seeded)
+
+
+# ------------------------------------------------------------------ the papers' example problems
+
+def test_opposite_clusters_problem_layout():
+    problem = data.opposite_clusters_problem()
+    assert problem.X.shape == (2, 3, 2) and problem.batch_shape == ()
+    np.testing.assert_array_equal(problem.Y.numpy(), [1.0, 1.0])
+    np.testing.assert_allclose(problem.Z.norm(dim=-1).numpy(), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(float(problem.v.norm()), 1.0, rtol=0, atol=1e-15)
+    assert (problem.X[0, :, 0] < 0).all() and (problem.X[1, :, 0] > 0).all()  # the two clusters
+    assert torch.equal(problem.X, data.opposite_clusters_problem(seed=1).X)  # the default seed is 1
+    assert not torch.equal(problem.X, data.opposite_clusters_problem(seed=2).X)
+
+
+def test_opposite_clusters_problem_without_noise():
+    problem = data.opposite_clusters_problem(seed=3, spread=0.0)
+    expected = np.broadcast_to(np.array([[[-1.0, 0.0]], [[1.0, 0.0]]]), (2, 3, 2)).copy()
+    np.testing.assert_array_equal(problem.X.numpy(), expected)
+    # the spread scales the same noise
+    noisy = data.opposite_clusters_problem(seed=3, spread=0.3).X - torch.as_tensor(expected)
+    doubled = data.opposite_clusters_problem(seed=3, spread=0.6).X - torch.as_tensor(expected)
+    torch.testing.assert_close(doubled, 2 * noisy, rtol=1e-13, atol=1e-15)
+
+
+E3 = [0.0, 0.0, 1.0]
+
+
+def _is_prompt_problem(problem, n, T):
+    assert problem.Z is None and problem.batch_shape == () and problem.X.shape == (n, T, 3)
+    np.testing.assert_array_equal(problem.v.numpy(), E3)
+    np.testing.assert_array_equal(problem.Y.numpy(), np.ones(n))
+
+
+def test_prompt_key_keeps_the_positions_and_drops_the_score():
+    np.testing.assert_array_equal(data.PROMPT_KEY.numpy(), np.diag([1.0, 1.0, 0.0]))
+
+
+@pytest.mark.parametrize("global_case,score", [(True, 0.9), (False, 0.0)])
+def test_single_input_problem(global_case, score):
+    problem = data.single_input_problem(global_case=global_case)
+    _is_prompt_problem(problem, 1, 3)
+    np.testing.assert_array_equal(problem.X.numpy(), [[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, score]]])
+    np.testing.assert_array_equal(theory.token_scores(problem).numpy(), [[1.0, 0.9, score]])
+    assert theory.optimal_tokens(problem).tolist() == [0]
+
+
+@pytest.mark.parametrize("C", [2.0, 10.0, 100.0])
+def test_loss_example_problem(C):
+    problem = data.loss_example_problem(C)
+    _is_prompt_problem(problem, 2, 2)
+    np.testing.assert_array_equal(problem.X.numpy(), [[[0.0, 0.0, 0.0], [1.0, 1.0, C]], [[0.0, 0.0, 0.0], [1.0, -1.0, 1.0]]])
+    assert theory.optimal_tokens(problem).tolist() == [1, 1]
+
+
+def test_multi_input_problem_layout():
+    problem = data.multi_input_problem()
+    _is_prompt_problem(problem, 3, 7)
+    np.testing.assert_array_equal(problem.X[..., 2].numpy(), np.broadcast_to([1.0] + [0.5] * 6, (3, 7)))
+    assert theory.optimal_tokens(problem).tolist() == [0, 0, 0]
+    centres = np.array([[1.0, 0.0]] + [[-1.0, 1.0]] * 3 + [[-0.5, -0.5]] * 3)
+    exact = data.multi_input_problem(spread=0.0)
+    np.testing.assert_array_equal(exact.X[..., :2].numpy(), np.broadcast_to(centres, (3, 7, 2)))
+    noise = (problem.X[..., :2] - exact.X[..., :2]).numpy()
+    assert 0 < np.abs(noise).max() < 5 * 0.2  # the default spread is 0.2
+    assert torch.equal(problem.X, data.multi_input_problem(seed=0).X)
+    assert not torch.equal(problem.X, data.multi_input_problem(seed=1).X)
+
+
+# ------------------------------------------------------------------ prompt problems: Z = None
+
+def _batched_prompt_problem():
+    X = torch.randn(4, 3, 5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return data.Problem(X, torch.ones(4, 3), None, E3)
+
+
+def test_problem_without_queries_indexes_and_moves():
+    problem = _batched_prompt_problem()
+    assert problem.Z is None and problem.batch_shape == (4,) and problem.v.shape == (4, 3)
+    one = problem[2]
+    assert one.Z is None and one.batch_shape == () and torch.equal(one.X, problem.X[2])
+    some = problem[1:3]
+    assert some.Z is None and some.batch_shape == (2,) and torch.equal(some.v, problem.v[1:3])
+    moved = problem.to("cpu")
+    assert moved.Z is None and torch.equal(moved.X, problem.X)
+    assert repr(problem) == "Problem(batch=(4,), n=3, T=5, d=3)"
+    np.testing.assert_array_equal(theory.token_scores(problem).numpy(), problem.X[..., 2].numpy())
+
+
+MODEL_FUNCTIONS_NEEDING_Z = {
+    "logits": lambda p: model.logits(p, np.eye(3)),
+    "attention": lambda p: model.attention(p, np.eye(3)),
+    "outputs": lambda p: model.outputs(p, np.eye(3)),
+    "loss": lambda p: model.loss(p, np.eye(3)),
+    "loss_gradient": lambda p: train.loss_gradient(p, np.eye(3)),
+    "gd": lambda p: train.gd(p, steps=1, lr=0.1),
+    "gd_KQ": lambda p: train.gd(p, param="KQ", steps=1, lr=0.1),
+    "regularization_path": lambda p: train.regularization_path(p, [1.0], steps=1),
+    "margins": lambda p: theory.margins(p, np.zeros(p.batch_shape + (3,), int), np.eye(3)),
+    "support_tokens": lambda p: theory.support_tokens(p, np.zeros(p.batch_shape + (3,), int), np.eye(3)),
+    "convergence": lambda p: theory.convergence(p, np.eye(3)),
+}
+
+
+@pytest.mark.parametrize("function", MODEL_FUNCTIONS_NEEDING_Z.values(), ids=MODEL_FUNCTIONS_NEEDING_Z.keys())
+@pytest.mark.parametrize("batched", [False, True])
+def test_functions_that_need_queries_reject_a_prompt_problem(function, batched):
+    problem = _batched_prompt_problem() if batched else data.multi_input_problem()
+    with pytest.raises(ValueError, match=r"no query tokens Z .*train\.gd_prompt"):
+        function(problem)
+
+
+def test_locally_optimal_rejects_a_prompt_problem_clearly():
+    """A prompt problem has no queries Z: the error points to train.gd_prompt."""
+    with pytest.raises(ValueError, match=r"no query tokens Z .*train\.gd_prompt"):
+        theory.locally_optimal(data.multi_input_problem(), [0, 0, 0])

@@ -2,9 +2,12 @@
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsvm import data, model
 
@@ -143,3 +146,80 @@ def test_softmax_tends_to_hardmax_as_W_scales_up():
         errors.append(error)
     assert all(b <= a for a, b in zip(errors, errors[1:]))
     assert errors[0] > 1e-3 and errors[-1] == 0.0
+
+
+# ------------------------------------------------------------------ Loss(value, derivative, excess)
+
+MP_LOSSES = {
+    "logistic": lambda m: mpmath.log1p(mpmath.exp(-m)),
+    "exponential": lambda m: mpmath.exp(-m),
+    "linear": lambda m: -m,
+}
+
+
+def _mp_excess(kind, x, delta):
+    """l(x - delta) - l(x) in 60-digit arithmetic, from the float64 inputs taken as exact."""
+    with mpmath.workdps(60):
+        x, delta = mpmath.mpf(float(x)), mpmath.mpf(float(delta))
+        return float(MP_LOSSES[kind](x - delta) - MP_LOSSES[kind](x))
+
+
+def test_losses_are_named_tuples_of_value_derivative_excess():
+    for kind, entry in model.LOSSES.items():
+        assert isinstance(entry, model.Loss) and entry._fields == ("value", "derivative", "excess")
+        x = torch.linspace(-5, 5, 11, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(entry.value(x).sum(), x)
+        torch.testing.assert_close(entry.derivative(x.detach()), grad, rtol=1e-14, atol=1e-15)
+        assert (entry.derivative(x.detach()) < 0).all()  # decreasing losses
+
+
+@pytest.mark.parametrize("kind", sorted(MP_LOSSES))
+def test_loss_excess_equals_the_difference_for_moderate_delta(kind):
+    x = torch.linspace(-15, 15, 31, dtype=torch.float64)[:, None]
+    delta = torch.tensor([-2.0, -0.3, 0.01, 0.5, 3.0], dtype=torch.float64)
+    entry = model.LOSSES[kind]
+    naive = entry.value(x - delta) - entry.value(x)
+    excess = entry.excess(*torch.broadcast_tensors(x, delta))
+    # the naive difference is accurate to the round-off of the two values it subtracts
+    scale = entry.value(x - delta).abs() + entry.value(x).abs()
+    assert ((excess - naive).abs() <= 8 * torch.finfo(torch.float64).eps * scale).all()
+
+
+@pytest.mark.parametrize("kind", sorted(MP_LOSSES))
+def test_loss_excess_broadcasts_like_the_difference(kind):
+    """excess(x, delta) has the broadcast shape of l(x - delta) - l(x)."""
+    x = torch.tensor([[-1.0], [0.0], [2.0]], dtype=torch.float64)
+    delta = torch.tensor([-2.0, -0.3, 0.01, 0.5, 3.0], dtype=torch.float64)
+    entry = model.LOSSES[kind]
+    assert entry.excess(x, delta).shape == (entry.value(x - delta) - entry.value(x)).shape == (3, 5)
+
+
+def test_logistic_loss_value_is_accurate_for_very_negative_margins():
+    """log(1 + exp(-x)) is accurate for very negative margins too (torch's softplus would drop exp(x) past -20)."""
+    x = torch.tensor([-20.01, -25.0, -30.0], dtype=torch.float64)
+    got = model.LOSSES["logistic"].value(x).numpy()
+    with mpmath.workdps(40):
+        reference = [float(MP_LOSSES["logistic"](mpmath.mpf(float(value)))) for value in x]
+    np.testing.assert_allclose(got, reference, rtol=1e-14, atol=0)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(kind=st.sampled_from(sorted(MP_LOSSES)), x=st.floats(-30, 30),
+       exponent=st.floats(-25, 0.5), sign=st.sampled_from([-1.0, 1.0]))
+def test_loss_excess_is_accurate_against_mpmath(kind, x, exponent, sign):
+    delta = sign * 10.0**exponent
+    got = float(model.LOSSES[kind].excess(torch.tensor(x, dtype=torch.float64), torch.tensor(delta, dtype=torch.float64)))
+    reference = _mp_excess(kind, x, delta)
+    assert abs(got - reference) <= 1e-12 * abs(reference)
+
+
+@pytest.mark.parametrize("kind", sorted(MP_LOSSES))
+@pytest.mark.parametrize("x", [-3.0, 0.0, 2.0, 25.0])
+def test_loss_excess_resolves_a_tiny_delta_where_the_difference_is_zero(kind, x):
+    x_t, delta = torch.tensor(x, dtype=torch.float64), torch.tensor(1e-20, dtype=torch.float64)
+    entry = model.LOSSES[kind]
+    if kind != "linear" or x != 0.0:  # -(0 - 1e-20) - 0 is exact
+        assert entry.value(x_t - delta) - entry.value(x_t) == 0  # x - 1e-20 rounds to x
+    got = float(entry.excess(x_t, delta))
+    reference = _mp_excess(kind, x, 1e-20)
+    assert reference > 0 and abs(got - reference) <= 1e-12 * reference

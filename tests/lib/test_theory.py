@@ -7,7 +7,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attnsvm import data, svm, theory
+from attnsvm import data, model, svm, theory, train
 
 SETTINGS = settings(max_examples=40, derandomize=True, deadline=None)
 
@@ -212,3 +212,156 @@ def test_infeasible_selection_is_not_locally_optimal():
     assert not feasible.all()
     flags = theory.locally_optimal(problem, alpha)
     assert not flags[~feasible].any()
+
+
+def _planar_single_input(global_case):
+    """Paper B's single-input example as a cross-attention problem in R^2: keys (-0.1, 1), (1, 0), (0, 0), query
+    z = e1 (so that W z plays the role of p). The head gives scores (1, 0.9, 0) (local case: token 2 is locally
+    optimal, its only support token (0, 0) scores less) or, up to a constant, (1, 0.9, 0.9) (global case: the
+    support token ties with token 2, which is then not locally optimal)."""
+    v = [0.9, 1.09] if not global_case else [0.0, 0.1]
+    return data.Problem([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]], [1.0], [[1.0, 0.0]], v)
+
+
+@pytest.mark.parametrize("global_case,expected", [(False, [True, True, False]), (True, [True, False, False])])
+def test_locally_optimal_on_the_planar_single_input_example(global_case, expected):
+    problem = _planar_single_input(global_case)
+    assert theory.optimal_tokens(problem).tolist() == [0]
+    flags = [theory.locally_optimal(problem, [a]) for a in range(3)]
+    assert all(flag.shape == () for flag in flags)
+    assert [bool(flag) for flag in flags] == expected
+    # token 2's SVM: W e1 = (1, 0); its support token is (0, 0) alone (margin 1; token 1 has margin 1.1)
+    W = svm.att_svm(problem.X, problem.Z, [1])
+    np.testing.assert_allclose(W @ [1.0, 0.0], [1.0, 0.0], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(theory.support_tokens(problem, [1], W), [[False, False, True]])
+
+
+def test_locally_optimal_unbatched_infeasible_selection_is_false():
+    problem = data.random_problem(5, 5, 2, seed=0, batch=20)
+    alpha = np.random.default_rng(0).integers(0, 5, (20, 5))
+    feasible = svm.feasible(problem.X, problem.Z, alpha)
+    batched = theory.locally_optimal(problem, alpha)
+    for b in range(6):  # instances 0-4 are infeasible, 5 is feasible
+        flag = theory.locally_optimal(problem[b], alpha[b])
+        assert flag.shape == () and flag.dtype == bool
+        assert bool(flag) == bool(batched[b])
+        if not feasible[b]:
+            assert not flag
+    assert not feasible[:5].any() and feasible[5]
+
+
+def test_locally_optimal_batched_equals_per_instance():
+    problem = data.random_problem(4, 5, 6, seed=2, batch=8)
+    alpha = torch.as_tensor(np.random.default_rng(2).integers(0, 5, (8, 4)))
+    alpha[::2] = theory.optimal_tokens(problem)[::2]  # half optimal (locally optimal), half random
+    flags = theory.locally_optimal(problem, alpha)
+    assert flags.shape == (8,) and flags.dtype == bool
+    assert flags.any() and not flags.all()
+    for b in range(8):
+        assert bool(theory.locally_optimal(problem[b], alpha[b])) == bool(flags[b])
+
+
+# ---------------------------------------------------------------- convergence classes
+
+def _label_by_definition(problem, W, threshold):
+    selection = model.attention(problem, W).argmax(-1).numpy()
+    if not svm.feasible(problem.X, problem.Z, selection):
+        return "none"
+    if theory.correlation(W, svm.att_svm(problem.X, problem.Z, selection)) < threshold:
+        return "none"
+    if (selection == theory.optimal_tokens(problem).numpy()).all():
+        return "global"
+    return "local" if theory.locally_optimal(problem, selection) else "none"
+
+
+def test_convergence_labels_of_gd_runs_follow_the_definitions():
+    problem = data.random_problem(4, 5, 6, seed=0, batch=10)
+    W = train.gd(problem, steps=1000, lr=0.1, record_every=1000).W[-1]
+    labels = theory.convergence(problem, W)
+    assert labels.shape == (10,) and labels.dtype.kind == "U"
+    assert set(labels) <= {"global", "local", "none"}
+    assert (labels == "global").sum() >= 5 and (labels == "local").any()  # this seed has both
+    for b in range(10):
+        assert labels[b] == _label_by_definition(problem[b], W[b], 0.99)
+    # a stricter threshold can only turn labels into "none"
+    strict = theory.convergence(problem, W, threshold=0.999999)
+    assert ((strict == labels) | (strict == "none")).all() and (strict == "none").sum() > (labels == "none").sum()
+
+
+def test_convergence_global_and_local_gd_runs_on_the_planar_single_input_example():
+    """From W(0) = 0 GD selects the optimal token ("global"); from W(0) with W(0) z = (0, -1.5) (paper B's init) it
+    converges to the locally-optimal token 2 ("local")."""
+    problem = _planar_single_input(global_case=False)
+    for init, expected in ((None, "global"), ([[0.0, 0.0], [-1.5, 0.0]], "local")):
+        W = train.gd(problem, steps=1000, lr=0.1, init=init, record_every=1000).W[-1]
+        label = theory.convergence(problem, W)
+        assert label.shape == () and str(label) == expected
+
+
+def test_convergence_of_constructed_directions():
+    problem = _planar_single_input(global_case=False)
+    for alpha, expected in (([0], "global"), ([1], "local")):
+        W_mm = svm.att_svm(problem.X, problem.Z, alpha)
+        for scale in (0.5, 1.0, 50.0):  # only the direction matters
+            assert str(theory.convergence(problem, scale * W_mm)) == expected
+    # the same direction is not "local" when the selection is not locally optimal
+    tied = _planar_single_input(global_case=True)
+    assert str(theory.convergence(tied, svm.att_svm(tied.X, tied.Z, [1]))) == "none"
+
+
+def test_convergence_of_random_W_is_none():
+    problem = data.random_problem(6, 8, 10, seed=0, batch=10)
+    W = torch.randn(10, 10, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    np.testing.assert_array_equal(theory.convergence(problem, W), ["none"] * 10)
+    # but a W aligned with the SVM of the optimal tokens is "global"
+    W_mm = svm.att_svm(problem.X, problem.Z, theory.optimal_tokens(problem))
+    np.testing.assert_array_equal(theory.convergence(problem, 3 * W_mm), ["global"] * 10)
+
+
+# ---------------------------------------------------------------- sampling feasible problems
+
+def test_sample_feasible_when_every_draw_is_feasible():
+    problems, alpha, draws = theory.sample_feasible(4, 5, 6, count=5, seed=0)
+    assert problems.batch_shape == (5,) and alpha.shape == (5, 4) and draws == 5
+    reference = data.random_problem(4, 5, 6, seed=0, batch=2000)
+    assert torch.equal(problems.X, reference.X[:5]) and torch.equal(problems.Z, reference.Z[:5])
+    assert torch.equal(alpha, theory.optimal_tokens(problems))
+
+
+@pytest.mark.parametrize("selection", ["optimal", "random"])
+def test_sample_feasible_keeps_the_feasible_draws_in_order(selection):
+    """d = 2 < max(T - 1, n): many draws are infeasible. The result is the first `count` feasible draws, and `draws`
+    counts the candidates up to the last one taken."""
+    problems, alpha, draws = theory.sample_feasible(5, 5, 2, count=3, seed=0, selection=selection, max_draws=200)
+    candidates = data.random_problem(5, 5, 2, seed=0, batch=200)
+    if selection == "optimal":
+        all_alpha = theory.optimal_tokens(candidates)
+    else:
+        all_alpha = data.random_selection(candidates, seed=1)
+    feasible = np.flatnonzero(svm.feasible(candidates.X, candidates.Z, all_alpha))
+    assert len(feasible) >= 3 and len(feasible) < 200
+    assert problems.batch_shape == (3,) and draws == feasible[2] + 1
+    assert torch.equal(problems.X, candidates.X[feasible[:3]])
+    assert torch.equal(alpha, all_alpha[feasible[:3]])
+    assert svm.feasible(problems.X, problems.Z, alpha).all()
+
+
+def test_sample_feasible_returns_fewer_when_feasibility_is_rare():
+    problems, alpha, draws = theory.sample_feasible(5, 5, 2, count=50, seed=0, selection="random", max_draws=40)
+    assert draws == 40 and 0 < problems.batch_shape[0] < 50
+    assert svm.feasible(problems.X, problems.Z, alpha).all()
+    # none at all: an empty batch
+    problems, alpha, draws = theory.sample_feasible(6, 6, 1, count=3, seed=0, max_draws=30)
+    assert problems.batch_shape == (0,) and alpha.shape == (0, 6) and draws == 30
+
+
+def test_sample_feasible_rejects_an_unknown_selection():
+    with pytest.raises(ValueError, match=r"^selection='worst' is not supported"):
+        theory.sample_feasible(4, 5, 6, count=2, seed=0, selection="worst")
+
+
+@pytest.mark.parametrize("count", [0, -1])
+def test_sample_feasible_rejects_a_bad_count(count):
+    """count must be a positive integer."""
+    with pytest.raises(ValueError, match=r"count must be an integer >= 1"):
+        theory.sample_feasible(4, 5, 6, count=count, seed=0)
