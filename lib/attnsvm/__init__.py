@@ -9,9 +9,9 @@ regularization path, paper B's prompt model), `plots` (the book's figure style),
 
 from importlib.metadata import version as _version
 
-from . import data, exercises, model, nuclear, plots, svm, theory, train, widgets
+from . import data, exercises, heads, model, nuclear, plots, svm, theory, train, widgets
 from .session import elapsed, setup
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["data", "exercises", "model", "nuclear", "plots", "svm", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]
+__all__ = ["data", "exercises", "heads", "model", "nuclear", "plots", "svm", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]

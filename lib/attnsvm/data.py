@@ -64,6 +64,14 @@ class Problem:
             raise IndexError("this Problem has no batch dimension to index")
         return Problem(self.X[index], self.Y[index], None if self.Z is None else self.Z[index], self.v[index])
 
+    def repeat(self, copies: int) -> "Problem":
+        """`copies` copies of this (unbatched) problem as a batch (copies,), e.g. to train from several inits."""
+        if self.batch_shape:
+            raise ValueError("repeat applies to a single problem: index the batch first, e.g. problem[0]")
+        copies = positive_int(copies, "copies")
+        return Problem(*(None if part is None else part.expand((copies,) + part.shape)
+                         for part in (self.X, self.Y, self.Z, self.v)))
+
     def to(self, device) -> "Problem":
         """The same problem with its tensors on `device` (e.g. "cuda")."""
         return Problem(self.X, self.Y, self.Z, self.v, device=device)
@@ -161,3 +169,21 @@ def loss_example_problem(C: float) -> Problem:
     """Paper B's example of the effect of the loss: sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C,
     sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both."""
     return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, float(C)], [0.0, 1.0]])
+
+
+def equal_scores_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None,
+                         delta: float = 0.0) -> Problem:
+    """Random problems satisfying Assumption B.2: all non-optimal tokens of a sequence have equal scores.
+
+    `random_problem`'s tokens with head v = e_1 (the score of a token is Y_i times its first coordinate); the
+    first coordinate of every non-optimal token is set to the sequence's lowest score, plus `delta` times a
+    uniform draw (delta > 0: scores within delta of each other, the relaxed theorem's setting).
+    """
+    problem = random_problem(n, T, d, seed=seed, batch=batch)
+    X, Y = problem.X.clone(), problem.Y[..., None]
+    scores = Y * X[..., 0]
+    others = scores < scores.max(-1, keepdim=True).values
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    low = scores.min(-1, keepdim=True).values + delta * torch.rand(scores.shape, generator=gen, dtype=torch.float64)
+    X[..., 0] = torch.where(others, Y * low, X[..., 0])
+    return Problem(X, problem.Y, problem.Z, torch.eye(d, dtype=torch.float64)[0])

@@ -18,16 +18,19 @@ class Loss(NamedTuple):
     """A loss l of the margin x = Y f(X), decreasing in x."""
 
     value: Callable  # l(x)
-    derivative: Callable  # l'(x)
+    derivative: Callable  # l'(x) < 0
+    log_slope: Callable  # log(-l'(x)), accurate where l'(x) underflows
     excess: Callable  # (x, delta) -> l(x - delta) - l(x), accurate when delta is tiny
 
 
 LOSSES = {
     "logistic": Loss(lambda x: torch.logaddexp(torch.zeros_like(x), -x), lambda x: -torch.sigmoid(-x),
+                     lambda x: -torch.logaddexp(torch.zeros_like(x), x),
                      lambda x, delta: torch.log1p(torch.sigmoid(-x) * torch.expm1(delta))),
-    "exponential": Loss(lambda x: torch.exp(-x), lambda x: -torch.exp(-x),
+    "exponential": Loss(lambda x: torch.exp(-x), lambda x: -torch.exp(-x), lambda x: -x,
                         lambda x, delta: torch.exp(-x) * torch.expm1(delta)),
-    "linear": Loss(lambda x: -x, lambda x: -torch.ones_like(x), lambda x, delta: torch.broadcast_tensors(x, delta)[1]),
+    "linear": Loss(lambda x: -x, lambda x: -torch.ones_like(x), lambda x: torch.zeros_like(x),
+                   lambda x, delta: torch.broadcast_tensors(x, delta)[1]),
 }
 
 
@@ -73,11 +76,15 @@ def token_values(problem: Problem) -> torch.Tensor:
     return torch.einsum("...ntd,...d->...nt", problem.X, problem.v)
 
 
-def outputs(problem: Problem, W: torch.Tensor) -> torch.Tensor:
-    """Model outputs f(X_i) = sum_t s_it v^T x_it, shape (..., n)."""
-    return (attention(problem, W) * token_values(problem)).sum(-1)
+def outputs(problem: Problem, W, head=None) -> torch.Tensor:
+    """Model outputs f(X_i) = h(X_i^T s_i), shape (..., n): the linear head v of the problem (h(a) = v^T a)
+    unless a head from `attnsvm.heads` is given."""
+    s = attention(problem, W)
+    if head is None:
+        return (s * token_values(problem)).sum(-1)
+    return head.value((s[..., None] * problem.X).sum(-2))
 
 
-def loss(problem: Problem, W: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
+def loss(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
     """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
-    return LOSSES[choice(kind, "loss", tuple(LOSSES))].value(problem.Y * outputs(problem, W)).mean(-1)
+    return LOSSES[choice(kind, "loss", tuple(LOSSES))].value(problem.Y * outputs(problem, W, head)).mean(-1)

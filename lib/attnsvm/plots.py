@@ -70,7 +70,7 @@ def path(ax, points, *, arrow_every: int = 0, color=PALETTE["blue"], linestyle="
                     arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.5, mutation_scale=14))
 
 
-def band(ax, x, runs, *, color=None, label=None, spread: str = "std", log: bool = False) -> None:
+def band(ax, x, runs, *, color=None, label=None, spread: str = "std", log: bool = False, linestyle="-") -> None:
     """The mean over runs (axis 1 of `runs`, shape (len(x), runs)) with a shaded band: +-1 standard deviation
     (spread="std"), the standard error ("sem") or the 10th-90th percentiles ("percentile"). With log=True the
     mean is geometric and the band is taken on log values (for quantities that decay over decades)."""
@@ -85,5 +85,5 @@ def band(ax, x, runs, *, color=None, label=None, spread: str = "std", log: bool 
         raise ValueError(f"spread={spread!r} is not supported: choose 'std', 'sem' or 'percentile'")
     if log:
         centre, low, high = 10**centre, 10**low, 10**high
-    (drawn,) = ax.plot(x, centre, color=color, label=label)
+    (drawn,) = ax.plot(x, centre, color=color, label=label, linestyle=linestyle)
     ax.fill_between(x, low, high, color=drawn.get_color(), alpha=0.2, linewidth=0)

@@ -52,28 +52,55 @@ def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
     return np.abs(margins(problem, alpha, W) - 1) <= SUPPORT_TOL
 
 
-def _svm_where_feasible(problem: Problem, alpha: np.ndarray):
+def cosine(a, b) -> np.ndarray:
+    """<a, b> / (||a|| ||b||) over the last dimension, broadcast over leading ones (for vectors, e.g. p)."""
+    a, b = as_tensor(a, "a", device="cpu"), as_tensor(b, "b", device="cpu")
+    norms = a.norm(dim=-1) * b.norm(dim=-1)
+    if (norms == 0).any():
+        raise ValueError("the cosine of a zero vector is undefined: a and b must be non-zero")
+    return ((a * b).sum(-1) / norms).clamp(-1.0, 1.0).numpy()
+
+
+def neighbour_selections(alpha, T: int) -> torch.Tensor:
+    """Every selection that differs from alpha (n,) in exactly one sequence (T tokens each): (n (T - 1), n)."""
+    alpha = torch.as_tensor(as_index(alpha, "alpha", np.shape(alpha)[-1:], positive_int(T, "T")))
+    rows = [alpha.clone().index_fill_(0, torch.tensor([i]), t) for i in range(len(alpha)) for t in range(T)
+            if t != int(alpha[i])]
+    return torch.stack(rows)
+
+
+def _svm_where_feasible(problem: Problem, alpha: np.ndarray, norm: str = "fro"):
     """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d))."""
     feasible = np.asarray(svm.feasible(problem.X, queries(problem), alpha))
     solutions = np.full(problem.batch_shape + (problem.d, problem.d), np.nan)
     if feasible.any():
         chosen = torch.as_tensor(feasible)
         instances = problem[chosen] if problem.batch_shape else problem
-        solutions[feasible] = svm.att_svm(instances.X, instances.Z, alpha[feasible] if alpha.ndim > 1 else alpha)
+        solutions[feasible] = svm.att_svm(instances.X, instances.Z, alpha[feasible] if alpha.ndim > 1 else alpha,
+                                          norm=norm)
     return feasible, solutions
 
 
-def locally_optimal(problem: Problem, alpha) -> np.ndarray:
-    """Whether alpha is locally optimal: W_alpha^mm exists and gamma_{i,alpha_i} > gamma_it for every support token t.
+def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> np.ndarray:
+    """Whether alpha is locally optimal: its SVM exists and gamma_{i,alpha_i} > gamma_it for every support token t.
 
+    norm: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
+    key: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (`svm.prompt_svm`).
     Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape.
     """
     alpha = as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T)
-    feasible, solutions = _svm_where_feasible(problem, alpha)
+    choice(norm, "norm", tuple(svm.SOLVERS))
+    if key is None:
+        feasible, solutions = _svm_where_feasible(problem, alpha, norm)
+        on_margin = np.abs(margins(problem, alpha, np.nan_to_num(solutions)) - 1) <= SUPPORT_TOL
+    else:
+        keys = (problem.X @ as_tensor(key, "key")).cpu().numpy()
+        feasible, p = np.ones(problem.batch_shape, bool), svm.prompt_svm(problem.X, key, alpha)
+        chosen_keys = np.take_along_axis(keys, alpha[..., None, None], axis=-2)
+        on_margin = np.abs(np.einsum("...ntd,...d->...nt", chosen_keys - keys, p) - 1) <= SUPPORT_TOL
     gamma = token_scores(problem).cpu().numpy()
     chosen = np.take_along_axis(gamma, alpha[..., None], axis=-1)
-    support = np.abs(margins(problem, alpha, np.nan_to_num(solutions)) - 1) <= SUPPORT_TOL
-    return feasible & np.all((chosen > gamma) | ~support, axis=(-2, -1))
+    return feasible & np.all((chosen > gamma) | ~on_margin, axis=(-2, -1))
 
 
 def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
@@ -105,14 +132,11 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
     count, max_draws = positive_int(count, "count"), positive_int(max_draws, "max_draws")
     batch = data.random_problem(n, T, d, seed=seed, batch=max_draws)
     alpha = optimal_tokens(batch) if selection == "optimal" else data.random_selection(batch, seed=seed + 1)
-    found, draws = [], 0
-    for start in range(0, max_draws, 4 * count):
-        chunk = slice(start, min(start + 4 * count, max_draws))
-        flags = svm.feasible(batch.X[chunk], batch.Z[chunk], alpha[chunk])
-        found += [start + k for k in np.flatnonzero(flags)]
-        draws = chunk.stop
-        if len(found) >= count:
-            draws = found[count - 1] + 1
-            break
+    found, start, size = [], 0, count
+    while start < max_draws and len(found) < count:  # chunks double in size while feasibility is rare
+        chunk = slice(start, min(start + size, max_draws))
+        found += [start + k for k in np.flatnonzero(svm.feasible(batch.X[chunk], batch.Z[chunk], alpha[chunk]))]
+        start, size = chunk.stop, 2 * size
+    draws = found[count - 1] + 1 if len(found) >= count else start
     chosen = torch.as_tensor(found[:count], dtype=torch.long)
     return batch[chosen], alpha[chosen], draws

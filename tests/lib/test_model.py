@@ -164,13 +164,23 @@ def _mp_excess(kind, x, delta):
         return float(MP_LOSSES[kind](x - delta) - MP_LOSSES[kind](x))
 
 
-def test_losses_are_named_tuples_of_value_derivative_excess():
+def test_losses_are_named_tuples_of_value_derivative_log_slope_excess():
     for kind, entry in model.LOSSES.items():
-        assert isinstance(entry, model.Loss) and entry._fields == ("value", "derivative", "excess")
+        assert isinstance(entry, model.Loss) and entry._fields == ("value", "derivative", "log_slope", "excess")
+
         x = torch.linspace(-5, 5, 11, dtype=torch.float64, requires_grad=True)
         (grad,) = torch.autograd.grad(entry.value(x).sum(), x)
         torch.testing.assert_close(entry.derivative(x.detach()), grad, rtol=1e-14, atol=1e-15)
         assert (entry.derivative(x.detach()) < 0).all()  # decreasing losses
+
+@pytest.mark.parametrize("kind", ["logistic", "exponential", "linear"])
+def test_log_slope_is_the_log_of_minus_the_derivative_even_where_it_underflows(kind):
+    entry = model.LOSSES[kind]
+    x = torch.linspace(-30, 30, 61, dtype=torch.float64)
+    torch.testing.assert_close(entry.log_slope(x), torch.log(-entry.derivative(x)), rtol=1e-12, atol=1e-12)
+    far = torch.tensor([800.0, 5000.0], dtype=torch.float64)  # -l'(x) underflows to 0 for the first two losses
+    expected = {"logistic": -far, "exponential": -far, "linear": torch.zeros(2, dtype=torch.float64)}[kind]
+    torch.testing.assert_close(entry.log_slope(far), expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", sorted(MP_LOSSES))
