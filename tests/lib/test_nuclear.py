@@ -5,24 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+import reference as ref
+
 from attnsvm import data, nuclear, svm, theory
-
-
-def _off_alpha(alpha, T):
-    mask = np.ones(alpha.shape + (T,), dtype=bool)
-    np.put_along_axis(mask, alpha[..., None], False, axis=-1)
-    return mask
-
-
-def _margins(X, Z, alpha, W):
-    logits = np.einsum("...ntd,...de,...ne->...nt", X, W, Z)
-    return np.take_along_axis(logits, alpha[..., None], axis=-1) - logits
-
-
-def _combination(lam, X, Z, alpha):
-    """G = sum_it lam_it (x_{i alpha_i} - x_it) z_i^T."""
-    chosen = np.take_along_axis(X, alpha[..., None, None], axis=-2)
-    return np.einsum("...nt,...ntd,...ne->...de", lam, chosen - X, Z)
 
 
 def _check_nuclear_kkt(X, Z, alpha, W, lam, *, op_tol=1e-7, rtol=1e-8):
@@ -30,14 +15,14 @@ def _check_nuclear_kkt(X, Z, alpha, W, lam, *, op_tol=1e-7, rtol=1e-8):
     lam >= 0 (0 at alpha); G = sum lam_it delta_it z_i^T is a subgradient of ||.||_* at W (||G||_op <= 1 and
     <G, W> = ||W||_*); margins >= 1; complementary slackness sum lam (margin - 1) = 0; strong duality
     sum lam = ||W||_*."""
-    off = _off_alpha(alpha, X.shape[-2])
+    off = ref.off_alpha(alpha, X.shape[-2])
     assert lam.shape == off.shape
     assert (lam >= 0).all() and (lam[~off] == 0).all()
     nuc = np.linalg.norm(W, "nuc")
-    G = _combination(lam, X, Z, alpha)
+    G = ref.combination(lam, X, Z, alpha)
     assert np.linalg.norm(G, 2) <= 1 + op_tol
     assert abs((G * W).sum() - nuc) <= rtol * nuc
-    margins = _margins(X, Z, alpha, W)[off]
+    margins = ref.margins(X, Z, alpha, W)[off]
     assert margins.min() >= 1 - 1e-13 * max(1.0, nuc)  # att_svm scales W up: >= 1 up to the round-off of margins
     assert (lam[off] * (margins - 1)).sum() <= rtol * nuc
     assert abs(lam.sum() - nuc) <= rtol * nuc
@@ -249,7 +234,7 @@ def test_loose_scs_solution_is_scaled_to_feasibility():
     X, Z, alpha = _instance((4, 5, 6), 6)
     W_opt = svm.att_svm(X, Z, alpha, norm="nuc")
     W = svm.att_svm(X, Z, alpha, norm="nuc", solver="scs", options=dict(eps_abs=1e-4, eps_rel=1e-4))
-    assert _margins(X, Z, alpha, W)[_off_alpha(alpha, 5)].min() >= 1 - 1e-12
+    assert ref.margins(X, Z, alpha, W)[ref.off_alpha(alpha, 5)].min() >= 1 - 1e-12
     nuc, nuc_opt = np.linalg.norm(W, "nuc"), np.linalg.norm(W_opt, "nuc")
     assert nuc_opt * (1 - 1e-9) <= nuc <= nuc_opt * (1 + 1e-2)  # feasible, hence no better than the optimum
 

@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnsvm
+import reference as ref
+
 from attnsvm import data, svm, theory
 
 # (n, T, d) with d >= max(T - 1, n): every selection is feasible for generic data
@@ -22,36 +24,19 @@ def _instance(shape, seed, which):
     return problem, problem.X.numpy(), problem.Z.numpy(), alpha
 
 
-def _combination(lam, X, Z, alpha):
-    """sum_it lam_it (x_{i alpha_i} - x_it) z_i^T."""
-    chosen = np.take_along_axis(X, alpha[..., None, None], axis=-2)
-    return np.einsum("...nt,...ntd,...ne->...de", lam, chosen - X, Z)
-
-
-def _off_alpha(alpha, T):
-    mask = np.ones(alpha.shape + (T,), dtype=bool)
-    np.put_along_axis(mask, alpha[..., None], False, axis=-1)
-    return mask
-
-
-def _margins(X, Z, alpha, W):
-    logits = np.einsum("...ntd,...de,...ne->...nt", X, W, Z)
-    return np.take_along_axis(logits, alpha[..., None], axis=-1) - logits
-
-
 def _check_frobenius_kkt(X, Z, alpha, W, lam, rtol=1e-10, active=0.0, margin_tol=1e-12):
     """KKT conditions of min ||W||_F^2 / 2. The defaults hold nnls to machine precision (its active set is polished);
     for an interior-point solver pass looser tolerances and `active`: multipliers above active * max(lam) count as
     positive (it leaves tiny positive multipliers on inactive constraints)."""
     T = X.shape[-2]
-    off = _off_alpha(alpha, T)
+    off = ref.off_alpha(alpha, T)
     assert W.shape == X.shape[:-3] + (X.shape[-1],) * 2
     assert lam.shape == alpha.shape + (T,)
     assert (lam >= 0).all()
     assert (lam[~off] == 0).all()
     scale = np.linalg.norm(W)
-    assert np.abs(_combination(lam, X, Z, alpha) - W).max() <= rtol * scale  # stationarity: W = A^T lambda
-    margins = _margins(X, Z, alpha, W)
+    assert np.abs(ref.combination(lam, X, Z, alpha) - W).max() <= rtol * scale  # stationarity: W = A^T lambda
+    margins = ref.margins(X, Z, alpha, W)
     assert margins[off].min() >= 1 - margin_tol  # primal feasibility
     # complementary slackness: lambda_it (margin_it - 1) = 0
     assert np.abs(lam * (margins - 1))[off].max() <= margin_tol * max(1.0, lam.max())
@@ -122,14 +107,14 @@ def test_frobenius_rank_bounded_by_n_when_d_is_larger():
 def test_nuclear_solution_is_optimal(shape, which):
     _, X, Z, alpha = _instance(shape, 0, which)
     W, lam = svm.att_svm(X, Z, alpha, norm="nuc", return_multipliers=True)
-    off = _off_alpha(alpha, shape[1])
+    off = ref.off_alpha(alpha, shape[1])
     assert (lam >= 0).all() and (lam[~off] == 0).all()
     nuclear = np.linalg.norm(W, "nuc")
-    G = _combination(lam, X, Z, alpha)
+    G = ref.combination(lam, X, Z, alpha)
     # G = A^T lambda is a subgradient of the nuclear norm at W: ||G||_op <= 1 and <G, W> = ||W||_*
     assert np.linalg.norm(G, 2) <= 1 + 1e-6
     assert abs((G * W).sum() - nuclear) <= 1e-6 * nuclear
-    assert _margins(X, Z, alpha, W)[off].min() >= 1 - 1e-6
+    assert ref.margins(X, Z, alpha, W)[off].min() >= 1 - 1e-6
     # each solution is optimal for its own norm
     W_fro = svm.att_svm(X, Z, alpha)
     assert nuclear <= np.linalg.norm(W_fro, "nuc") * (1 + 1e-7)
@@ -232,7 +217,7 @@ def test_feasible_agrees_with_att_svm_per_instance(norm):
     for b in range(8):  # both kinds occur among the first 8 instances
         if feasible[b]:
             W = svm.att_svm(X[b], Z[b], alpha[b], norm=norm)
-            assert _margins(X[b], Z[b], alpha[b], W)[_off_alpha(alpha[b], 5)].min() >= 1 - 1e-6
+            assert ref.margins(X[b], Z[b], alpha[b], W)[ref.off_alpha(alpha[b], 5)].min() >= 1 - 1e-6
         else:
             with pytest.raises(attnsvm.InfeasibleSVM, match="(?i)increase d") as info:
                 svm.att_svm(X[b], Z[b], alpha[b], norm=norm)
@@ -252,7 +237,7 @@ def test_d_at_least_max_T_minus_1_n_makes_every_selection_feasible():
         alpha = np.random.default_rng(seed).integers(0, T, (30, n))
         assert svm.feasible(problem.X, problem.Z, alpha).all()
         W = svm.att_svm(problem.X, problem.Z, alpha)
-        assert _margins(problem.X.numpy(), problem.Z.numpy(), alpha, W)[_off_alpha(alpha, T)].min() >= 1 - 1e-9
+        assert ref.margins(problem.X.numpy(), problem.Z.numpy(), alpha, W)[ref.off_alpha(alpha, T)].min() >= 1 - 1e-9
 
 
 def test_identical_tokens_are_infeasible():
@@ -307,5 +292,5 @@ def test_constraint_matrix_kronecker_identity():
     W = np.random.default_rng(7).standard_normal((5, 5))
     A = svm.constraint_matrix(X, Z, alpha)
     assert A.shape == (3 * 3, 25)
-    margins = _margins(X, Z, alpha, W)
-    np.testing.assert_allclose(A @ W.reshape(-1), margins[_off_alpha(alpha, 4)], rtol=1e-12, atol=1e-14)
+    margins = ref.margins(X, Z, alpha, W)
+    np.testing.assert_allclose(A @ W.reshape(-1), margins[ref.off_alpha(alpha, 4)], rtol=1e-12, atol=1e-14)
