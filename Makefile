@@ -11,7 +11,7 @@ NOTEBOOKS := $(patsubst book_src/%.md,book/%.ipynb,$(SOURCES))
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync clean
+.PHONY: setup book test notebooks sync bench clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -50,6 +50,10 @@ test: setup
 	$(NBVAL) book/
 	$(JB_BUILD)
 	$(BIN)/python -m pytest tests/browser
+
+# Speed: the library against a straightforward reference implementation, side by side (prints a table).
+bench: setup
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf _build vendor/static .pytest_cache .hypothesis

@@ -47,8 +47,10 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
     head: None for the linear head v of the problem (then pass `values` = X v, computed once), or a head of
     `attnsvm.heads`, whose gradient at the attention output a_i = X_i^T s_i gives the token values.
     """
-    log_s = torch.log_softmax(logits, dim=-1)
-    s = log_s.exp()
+    shifted = logits - logits.amax(-1, keepdim=True)  # 0 at the top token
+    e = torch.exp(shifted)
+    total = e.sum(-1, keepdim=True)
+    s = e / total
     if head is None:
         u = values.expand(logits.shape)  # W may carry extra leading dimensions
         f = (s * u).sum(-1)
@@ -57,14 +59,14 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
         u, f = (problem.X * head.gradient(a)[..., None, :]).sum(-1), head.value(a)
     top = logits.argmax(-1, keepdim=True)
     is_top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, top, True)
-    others = log_s.masked_fill(is_top, -torch.inf)
-    L = others.amax(-1, keepdim=True)  # log of the largest non-selected probability
-    ratio = torch.exp(others - L)  # s_it / e^{L_i}, 0 at the selected token
-    centred = ((u[..., :, None] - u[..., None, :]) * s[..., None, :]).sum(-1)  # accurate off the top token
+    others = shifted.masked_fill(is_top, -torch.inf)
+    second = others.amax(-1, keepdim=True)
+    ratio = torch.exp(others - second)  # s_it / e^{L_i} (L_i = second - log total), 0 at the top token
     top_sum = (ratio * (u.gather(-1, top) - u)).sum(-1, keepdim=True)  # the top token's sum, over e^{L_i}
-    h = torch.where(is_top, s * top_sum, ratio * centred)
+    # Off the top token, u_it - f_i = sum_tau s_itau (u_it - u_itau) is accurate as it stands.
+    h = torch.where(is_top, s * top_sum, ratio * (u - f[..., None]))
     log_slopes = LOSSES[kind].log_slope(problem.Y * f) - np.log(problem.n)
-    weight = log_slopes + L[..., 0]
+    weight = log_slopes + (second - torch.log(total))[..., 0]
     log_scale = weight.amax(-1)
     direction = (-problem.Y * torch.exp(weight - log_scale[..., None]))[..., None] * h
     return LogitGradient(direction, log_scale, s, f, log_slopes)
@@ -73,7 +75,7 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
 def weight_gradient(problem: Problem, W: torch.Tensor, kind: str, head=None, values=None):
     """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction."""
     Z = queries(problem)
-    Wz = (W[..., None, :, :] * Z[..., :, None, :]).sum(-1)  # W z_i, (..., n, d)
+    Wz = torch.einsum("...de,...ne->...nd", W, Z)  # W z_i
     grad = logit_gradient(problem, (problem.X * Wz[..., None, :]).sum(-1), kind, head, values)
     weighted = (grad.direction[..., None] * problem.X).sum(-2)  # sum_t g_it x_it, (..., n, d)
-    return (weighted[..., :, None] * Z[..., None, :]).sum(-3), grad.log_scale, grad
+    return weighted.transpose(-2, -1) @ Z, grad.log_scale, grad

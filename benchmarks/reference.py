@@ -1,0 +1,46 @@
+"""A straightforward reference implementation, written the way a first implementation would be: one problem at a
+time in a Python loop, gradients by autograd through softmax, and a cvxpy problem rebuilt for every solve with one
+constraint per token pair. It is correct (before softmax saturates) and slow; `run.py` times it against the
+library on the same data."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import torch
+
+
+def att_svm(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray, norm: str = "fro") -> np.ndarray | None:
+    """The Att-SVM of one problem (X (n, T, d), Z (n, d)), or None if infeasible: cvxpy + Clarabel."""
+    n, T, d = X.shape
+    W = cp.Variable((d, d))
+    constraints = [(X[i, alpha[i]] - X[i, t]) @ W @ Z[i] >= 1 for i in range(n) for t in range(T) if t != alpha[i]]
+    objective = cp.norm(W, "fro") if norm == "fro" else cp.normNuc(W)
+    problem = cp.Problem(cp.Minimize(objective), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return W.value if problem.status == cp.OPTIMAL else None
+
+
+def _loss(X, Y, Z, v, W, V=None):
+    """Logistic loss of one problem, by the book: softmax attention, a linear head v or a ReLU head V."""
+    s = torch.softmax(torch.einsum("ntd,de,ne->nt", X, W, Z), dim=-1)
+    f = (s * (X @ v)).sum(-1) if V is None else torch.relu((s[:, :, None] * X).sum(1) @ V).sum(-1)
+    return torch.nn.functional.softplus(-Y * f).mean()
+
+
+def gd(X, Y, Z, v, *, steps: int, lr: float, W0=None, K0=None, Q0=None, V=None) -> torch.Tensor:
+    """Normalized gradient descent on W (given W0) or on (K, Q) (given K0, Q0) for ONE problem, with the linear
+    head v or the ReLU head V; returns the iterates W(k) (steps + 1, d, d)."""
+    params = [p.clone().requires_grad_(True) for p in ((W0,) if W0 is not None else (K0, Q0))]
+    weights = (lambda: params[0]) if W0 is not None else (lambda: params[0] @ params[1].T)
+    iterates = []
+    for _ in range(steps + 1):
+        W = weights()
+        iterates.append(W.detach().clone())
+        grads = torch.autograd.grad(_loss(X, Y, Z, v, W, V), params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                norm = g.norm()
+                if norm > 0:
+                    p -= lr * g / norm
+    return torch.stack(iterates)

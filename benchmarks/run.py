@@ -1,0 +1,220 @@
+"""Speed benchmarks: the library's engines against the straightforward reference implementation (reference.py),
+timed side by side in one run on the same data, with a check that both give the same answer.
+
+    make bench            (or: .venv/bin/python benchmarks/run.py [--quick])
+
+Times are medians over repeats (wall clock, one thread, as the book runs). Cases whose reference takes minutes
+are timed on a stated fraction of the work and scaled up; the table says so. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import attnsvm
+from attnsvm import data, heads, svm, theory, train
+
+sys.path.insert(0, str(Path(__file__).parent))
+import reference  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = []
+
+
+def timed(function, repeats: int = 3):
+    """(median wall time in seconds, last result) of `function()` over `repeats` runs."""
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def row(case: str, ref: float | None, lib: float, agreement: str, note: str = "") -> None:
+    ratio = f"{ref / lib:,.0f}x" if ref else "-"
+    ROWS.append((case, _seconds(ref), _seconds(lib), ratio, agreement, note))
+    print(f"  {case}: reference {_seconds(ref)}, library {_seconds(lib)}, ratio {ratio}; {agreement} {note}",
+          flush=True)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def _unit(W):
+    W = np.asarray(W)
+    return W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
+
+
+def single_solves(repeats: int) -> None:
+    for shape in [(6, 8, 10), (15, 15, 20)]:
+        problem = data.random_problem(*shape, seed=0)
+        X, Z, alpha = problem.X.numpy(), problem.Z.numpy(), theory.optimal_tokens(problem).numpy()
+        for norm in ["fro", "nuc"]:
+            t_ref, W_ref = timed(lambda: reference.att_svm(X, Z, alpha, norm), repeats)
+            t_lib, W_lib = timed(lambda: svm.att_svm(X, Z, alpha, norm), repeats)
+            size = np.linalg.norm(W_lib, "fro" if norm == "fro" else "nuc")
+            objective = abs(size - np.linalg.norm(W_ref, "fro" if norm == "fro" else "nuc")) / size
+            direction = np.abs(_unit(W_ref) - _unit(W_lib)).max()
+            row(f"one {'Frobenius' if norm == 'fro' else 'nuclear'} Att-SVM, (n,T,d)={shape}", t_ref, t_lib,
+                f"direction {direction:.0e}, objective {objective:.0e}")
+
+
+def batch_of_solves(repeats: int) -> None:
+    problems = data.random_problem(6, 8, 10, seed=1, batch=100)
+    X, Z, alpha = problems.X.numpy(), problems.Z.numpy(), theory.optimal_tokens(problems).numpy()
+    for norm, name in [("fro", "Frobenius"), ("nuc", "nuclear")]:
+        t_ref, W_ref = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], norm) for b in range(100)], 1)
+        t_lib, W_lib = timed(lambda: svm.att_svm(X, Z, alpha, norm), repeats)
+        row(f"100 {name} Att-SVMs, (6,8,10)", t_ref, t_lib,
+            f"direction {np.abs(_unit(np.stack(W_ref)) - _unit(W_lib)).max():.0e}")
+
+
+def e41(share: int) -> None:
+    """Paper A's E4.1 at full fidelity: 100 runs x 2000 iterations, W and (K, Q), then the SVMs of the
+    selections; the reference does `share` runs (one at a time) and is scaled to 100."""
+    problems = data.random_problem(6, 8, 10, seed=0, batch=100)
+    for param in ["W", "KQ"]:
+        def library():
+            run = train.gd(problems, param=param, steps=2000, lr=0.1, init="uniform", record_every=100)
+            alpha = run.selection()
+            return run, svm.att_svm(problems.X, problems.Z, alpha), svm.att_svm(problems.X, problems.Z, alpha, "nuc")
+        t_lib, (run, _, _) = timed(library, 1)
+        init = train.uniform_init((100, 10, 10), seed=0) if param == "W" else (
+            train.uniform_init((100, 10, 10), seed=0), train.uniform_init((100, 10, 10), seed=1))
+
+        def ref_run(b):
+            X, Y, Z, v = (getattr(problems, name)[b] for name in "XYZv")
+            starts = {"W0": init[b]} if param == "W" else {"K0": init[0][b], "Q0": init[1][b]}
+            W = reference.gd(X, Y, Z, v, steps=2000, lr=0.1, **starts)
+            alpha = torch.softmax(torch.einsum("ntd,de,ne->nt", X, W[-1], Z), -1).argmax(-1).numpy()
+            return W, reference.att_svm(X.numpy(), Z.numpy(), alpha), reference.att_svm(X.numpy(), Z.numpy(), alpha, "nuc")
+        t_ref, ref_runs = timed(lambda: [ref_run(b) for b in range(share)], 1)
+        early = max(np.abs(_unit(ref_runs[b][0][100]) - _unit(run.W[1, b])).max() for b in range(share))
+        row(f"E4.1 GD on {param} + SVMs, 100 runs x 2000 it.", t_ref * 100 / share, t_lib,
+            f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})")
+
+
+def e22(share: int) -> None:
+    """Paper A's E2.2 rank grid: 8 values of d x 5 (n, T), 100 feasible instances each (or as many as 2000 draws
+    give), both SVMs. The reference would check every draw with a cvxpy solve and solve the nuclear-norm SVM of
+    every feasible one: it is estimated from `share` timed draws and solves per grid point, times the numbers of
+    draws and feasible problems the library needed."""
+    grid = [(n, 5, d) for n in (5, 10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
+    grid += [(5, T, d) for T in (10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
+    counts = {}
+
+    def library():
+        for n, T, d in grid:
+            found, alpha, draws = theory.sample_feasible(n, T, d, count=100, seed=d, max_draws=2000)
+            counts[n, T, d] = (draws, found.batch_shape[0])
+            if found.batch_shape[0]:
+                for norm in ("fro", "nuc"):
+                    np.linalg.matrix_rank(svm.att_svm(found.X, found.Z, alpha, norm), tol=1e-7)
+    t_lib, _ = timed(library, 1)
+    estimate = 0.0
+    for n, T, d in grid:
+        problems = data.random_problem(n, T, d, seed=d, batch=share)
+        alpha = theory.optimal_tokens(problems).numpy()
+        X, Z = problems.X.numpy(), problems.Z.numpy()
+        check, _ = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], "fro") for b in range(share)], 1)
+        solve, _ = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], "nuc") for b in range(share)], 1)
+        draws, found = counts[n, T, d]
+        estimate += (check * draws + solve * found) / share
+    row("E2.2 rank grid, 40 points x 100 feasible", estimate, t_lib, "ranks: see Chapter 2",
+        f"(reference estimated from {share} solves per point)")
+
+
+def e51(share: int) -> None:
+    """Paper A's E5.1 sweep, its gradient descent part: ReLU head, n=3, T=4, d in {4,6,8,10}, 1000 candidate runs
+    of 2001 iterations per d (Chapter 5 keeps 500 per d after the official filter and solves their SVMs)."""
+    candidates, runs = 1000, {}
+
+    def library():
+        for d in (4, 6, 8, 10):
+            problems = data.random_problem(3, 4, d, seed=d, batch=candidates)
+            relu = heads.random_relu(d, seed=d, batch=candidates)
+            runs[d] = (problems, relu, train.gd(problems, steps=2000, lr=0.1, init="uniform", record_every=100,
+                                                head=relu))
+    t_lib, _ = timed(library, 1)
+
+    def ref():
+        early = 0.0
+        for d, (problems, relu, run) in runs.items():
+            W0 = train.uniform_init((candidates, d, d), seed=0)
+            for b in range(share):
+                X, Y, Z, v = (getattr(problems, name)[b] for name in "XYZv")
+                W = reference.gd(X, Y, Z, v, steps=2000, lr=0.1, W0=W0[b], V=relu.V[b])
+                early = max(early, np.abs(_unit(W[100]) - _unit(run.W[1, b])).max())
+        return early
+    t_ref, early = timed(ref, 1)
+    row("E5.1 GD sweep, 4 x 1000 runs x 2001 it.", t_ref * candidates / share, t_lib,
+        f"W(100) direction {early:.0e}", f"(reference: {share} runs per d, x{candidates // share})")
+
+
+def chapter(name: str) -> None:
+    """One full chapter executed from its source, as `make notebooks` does."""
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / f"{name}.ipynb"
+        bin_dir = Path(sys.executable).parent
+        subprocess.run([bin_dir / "jupytext", "--quiet", "--to", "ipynb", "--output", target,
+                        ROOT / "book_src" / f"{name}.md"], check=True)
+        start = time.perf_counter()
+        subprocess.run([bin_dir / "jupyter", "execute", "--inplace", target], check=True, capture_output=True)
+        row(f"chapter {name}, executed", None, time.perf_counter() - start, "asserts pass",
+            "(official notebook for E4.1 alone: ~7 min, per the issue; not run here)")
+
+
+def gd_floor() -> None:
+    """Time per iteration per problem of the batched W-model step against the arithmetic floor."""
+    a = torch.randn(512, 512, dtype=torch.float64)
+    seconds, _ = timed(lambda: a @ a, 5)
+    rate = 2 * 512**3 / seconds
+    n, T, d, B = 6, 8, 10, 100
+    flops = 2 * (2 * n * d * d + 2 * n * T * d + 3 * n * T * T)  # W z_i, logits, pairwise terms, gradient
+    problems = data.random_problem(n, T, d, seed=0, batch=B)
+    t, _ = timed(lambda: train.gd(problems, steps=500, lr=0.1, record_every=500), 3)
+    per = t / 500 / B
+    print(f"  GD step, (6,8,10), batch {B}: {per * 1e6:.2f} us per iteration per problem; arithmetic floor "
+          f"{flops / rate * 1e6:.3f} us ({flops} flop at a measured {rate / 1e9:.1f} GFLOP/s float64 matmul): "
+          f"{per / (flops / rate):.0f}x the floor", flush=True)
+    ROWS.append((f"GD step per problem, (6,8,10), batch {B}", "-", f"{per * 1e6:.2f} us", "-",
+                 f"floor {flops / rate * 1e6:.3f} us: {per / (flops / rate):.0f}x",
+                 f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller reference shares")
+    args = parser.parse_args()
+    attnsvm.setup(seed=0)
+    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), "
+          f"Python {platform.python_version()}", flush=True)
+    repeats = 1 if args.quick else 5
+    single_solves(repeats)
+    batch_of_solves(repeats)
+    gd_floor()
+    e41(share=2 if args.quick else 10)
+    e22(share=2 if args.quick else 10)
+    e51(share=2 if args.quick else 5)
+    chapter("04_local_convergence")
+    print("\n| case | reference | library | ratio | same answer | note |\n|---|---|---|---|---|---|")
+    for cells in ROWS:
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
