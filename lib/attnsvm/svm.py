@@ -165,9 +165,8 @@ def _solve_ipm(instances, d: int):
     solutions = [None] * len(pairs)
     chosen = [b for b, ok in enumerate(feasible) if ok]
     if chosen:
-        deltas, queries = (torch.as_tensor(np.stack([pairs[b][j] for b in chosen])) for j in (0, 1))
-        W, y, converged = nuclear.solve(deltas, queries)
-        for b, W_b, y_b, done in zip(chosen, W.numpy(), y.numpy(), converged.numpy()):
+        W, y, converged = nuclear.solve(*(np.stack([pairs[b][j] for b in chosen]) for j in (0, 1)))
+        for b, W_b, y_b, done in zip(chosen, W, y, converged):
             A = np.einsum("kd,ke->kde", *pairs[b]).reshape(len(pairs[b][0]), -1)
             # the rare problem the IPM cannot finish (nearly infeasible, ||W|| huge) goes to Clarabel
             solutions[b] = (W_b.reshape(-1), np.maximum(y_b, 0.0)) if done else _solve_cvx(A, d, "nuc", "clarabel")

@@ -135,22 +135,22 @@ def test_solve_on_a_batch_of_mixed_ranks_equals_single_solves():
     problems then carry extra directions for the lower-rank ones)."""
     rng = np.random.default_rng(0)
     parts = [_random_pairs(rng, 6, 5, rd, rq) for rd, rq in ((2, 5), (5, 1), (5, 5), (3, 2))]
-    deltas = torch.as_tensor(np.stack([p[0] for p in parts]))
-    queries = torch.as_tensor(np.stack([p[1] for p in parts]))
+    deltas = np.stack([p[0] for p in parts])
+    queries = np.stack([p[1] for p in parts])
     W, y, converged = nuclear.solve(deltas, queries)
-    assert W.shape == (4, 5, 5) and y.shape == (4, 6) and converged.shape == (4,) and converged.dtype == torch.bool
+    assert W.shape == (4, 5, 5) and y.shape == (4, 6) and converged.shape == (4,) and converged.dtype == bool
     assert converged.all()
     for b in range(4):
-        D, Q = deltas[b].numpy(), queries[b].numpy()
+        D, Q = deltas[b], queries[b]
         W_b, y_b, converged_b = nuclear.solve(deltas[b:b + 1], queries[b:b + 1])
         assert converged_b.all()
-        nuc = np.linalg.norm(W[b].numpy(), "nuc")
-        assert abs(nuc - np.linalg.norm(W_b[0].numpy(), "nuc")) <= 1e-8 * nuc
-        G = np.einsum("k,kd,ke->de", y[b].numpy(), D, Q)
-        margins = np.einsum("kd,de,ke->k", D, W[b].numpy(), Q)
+        nuc = np.linalg.norm(W[b], "nuc")
+        assert abs(nuc - np.linalg.norm(W_b[0], "nuc")) <= 1e-8 * nuc
+        G = np.einsum("k,kd,ke->de", y[b], D, Q)
+        margins = np.einsum("kd,de,ke->k", D, W[b], Q)
         assert (y[b] >= 0).all()
         assert np.linalg.norm(G, 2) <= 1 + 1e-7
-        assert abs((G * W[b].numpy()).sum() - nuc) <= 1e-8 * nuc
+        assert abs((G * W[b]).sum() - nuc) <= 1e-8 * nuc
         assert margins.min() >= 1 - 1e-7  # the raw IPM iterate: feasible to its tolerance (att_svm scales it up)
         assert abs(y[b].sum().item() - nuc) <= 1e-8 * nuc
 
@@ -201,7 +201,7 @@ def test_ipm_that_does_not_converge_falls_back_to_clarabel(monkeypatch):
 
     def spy(deltas, queries):
         W, y, converged = solve(deltas, queries)
-        reported.append(converged.clone())
+        reported.append(converged.copy())
         return W, y, converged
 
     monkeypatch.setattr(nuclear, "MAX_ITER", 3)

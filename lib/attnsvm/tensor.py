@@ -1,0 +1,367 @@
+"""The tensor-trick view of softmax attention (paper C) and the Lipschitz constant of its loss gradient.
+
+Sizes follow the book: T tokens per sequence (paper C's n), dimension d. Paper C's objects keep its names:
+attention weights X (d, d) (X = Q K^T, the book's W^T) with x = vec(X) in R^{d^2}, inputs A1 (queries),
+A2 (keys), A3 (values), each (T, d).
+
+- vec/mat are ROW-major (vec(X) stacks the rows of X), and then (A1 kron A2) vec(X) = vec(A1 X A2^T).
+- The row block A_{j0} (T, d^2) of A1 kron A2 gives the logits of query j0: A_{j0} x = row j0 of A1 X A2^T.
+- u(x) = exp(A_{j0} x), alpha(x) = <u(x), 1>, f(x) = u(x) / alpha(x) (the softmax row), h(y) = A3 y_{i0}.
+  (These are paper C's u, alpha, f: not the book's token values u, selection alpha or model output f.)
+- The loss of one entry (l0, j0, i0) is a function of s = <f(x), h> and a target b, chosen by `kind`:
+  "paper" g(b s) as written in paper C (g the sigmoid; it INCREASES with the margin b s, so minimizing it is
+  wrong), "sigmoid" g(-b s) = 1 - g(b s) (the corrected sigmoid loss), "logistic" log(1 + exp(-b s)) (the book's
+  loss) and "squared" (s - b)^2 (paper C's l2 variant, paper D's formulation).
+- attention="linear" replaces the softmax row f(x) by the unnormalized row A_{j0} x (linear attention).
+
+Indices are 0-based in code (j0 = 0 is the math's j_0 = 1). Book translation (chapter 7): the book's sequence
+i is C's l0 (C's m is the book's n), A2 = X_i (keys), row j0 of A1 is the query z_i, A3 = X_i and y_{i0} = v
+(so h = X_i v), b = Y_i, and C's X is the book's W^T, so x = vec(W^T).
+
+Everything is float64 torch and broadcasts over leading batch dimensions: A_{j0} (..., T, D), x (..., D),
+h (..., T), b (...), with D = d^2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+import torch
+
+from .checks import as_tensor, choice, positive_float, positive_int
+
+KINDS = ("paper", "sigmoid", "logistic", "squared")
+ATTENTIONS = ("softmax", "linear")
+_G1 = 0.25  # sup |g'| of the sigmoid g
+_G2 = 1.0 / (6.0 * math.sqrt(3.0))  # sup |g''| of the sigmoid g
+
+
+def _matrix(value, name: str) -> torch.Tensor:
+    tensor = as_tensor(value, name)
+    if tensor.ndim < 2:
+        raise ValueError(f"{name} must be a matrix (..., rows, columns), got shape {tuple(tensor.shape)}")
+    return tensor
+
+
+# ------------------------------------------------------------------ vec, mat, Kronecker
+
+def vec(X) -> torch.Tensor:
+    """Row-major vectorization (paper C): (..., p, q) -> (..., p q), row i of X is entries i q .. i q + q - 1."""
+    X = _matrix(X, "X")
+    return X.reshape(X.shape[:-2] + (-1,))
+
+
+def mat(x, rows: int | None = None) -> torch.Tensor:
+    """The inverse of `vec`: (..., p q) -> (..., p, q) with p = rows (default: square, p = q)."""
+    x = as_tensor(x, "x")
+    if x.ndim < 1:
+        raise ValueError("x must be a vector (..., p q), got a scalar")
+    size = x.shape[-1]
+    if rows is None:
+        rows = math.isqrt(size)
+        if rows * rows != size:
+            raise ValueError(f"x has {size} entries, not a square number: pass rows= for a non-square matrix")
+    rows = positive_int(rows, "rows")
+    if size % rows:
+        raise ValueError(f"x has {size} entries, which {rows} rows cannot hold: rows must divide x.shape[-1]")
+    return x.reshape(x.shape[:-1] + (rows, size // rows))
+
+
+def kron(A1, A2) -> torch.Tensor:
+    """Batched Kronecker product: entry ((i1 n2 + i2), (j1 d2 + j2)) is A1[i1, j1] A2[i2, j2] (0-based)."""
+    A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
+    (n1, d1), (n2, d2) = A1.shape[-2:], A2.shape[-2:]
+    K = torch.einsum("...ij,...kl->...ikjl", A1, A2)
+    return K.reshape(K.shape[:-4] + (n1 * n2, d1 * d2))
+
+
+def kron_logits(A1, A2, X) -> torch.Tensor:
+    """(A1 kron A2) vec(X), shape (..., n1 n2): with row-major vec this is vec(A1 X A2^T), all logits at once."""
+    A1, A2, X = _matrix(A1, "A1"), _matrix(A2, "A2"), _matrix(X, "X")
+    if X.shape[-2:] != (A1.shape[-1], A2.shape[-1]):
+        raise ValueError(f"X must have shape (..., {A1.shape[-1]}, {A2.shape[-1]}) (columns of A1 by columns of "
+                         f"A2), got {tuple(X.shape)}")
+    return (kron(A1, A2) @ vec(X)[..., None])[..., 0]
+
+
+def row_block(A1, A2, j0: int) -> torch.Tensor:
+    """A_{j0}: rows j0 n2 .. j0 n2 + n2 - 1 of A1 kron A2 (A2 is (n2, d2)), i.e. A1[j0] kron A2, (..., n2, d1 d2)."""
+    A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
+    if isinstance(j0, bool) or not isinstance(j0, (int, np.integer)) or not 0 <= j0 < A1.shape[-2]:
+        raise ValueError(f"j0 must be a query index in [0, {A1.shape[-2] - 1}] (a row of A1), got {j0!r}")
+    return kron(A1[..., j0:j0 + 1, :], A2)
+
+
+# ------------------------------------------------------------------ paper C's functions of x
+
+def _block_and_point(Aj, x):
+    Aj, x = _matrix(Aj, "Aj"), as_tensor(x, "x")
+    if x.ndim < 1 or x.shape[-1] != Aj.shape[-1]:
+        raise ValueError(f"x must have shape (..., {Aj.shape[-1]}) (x = vec(X) has as many entries as A_j0 has "
+                         f"columns), got {tuple(x.shape)}")
+    return Aj, x
+
+
+def _logits(Aj, x) -> torch.Tensor:
+    return (Aj @ x[..., None])[..., 0]
+
+
+def u(Aj, x) -> torch.Tensor:
+    """u(x) = exp(A_{j0} x), shape (..., T) (paper C, Definition 3.1)."""
+    return torch.exp(_logits(*_block_and_point(Aj, x)))
+
+
+def alpha(Aj, x) -> torch.Tensor:
+    """alpha(x) = <u(x), 1_T>, shape (...) (Definition 3.2)."""
+    return u(Aj, x).sum(-1)
+
+
+def f(Aj, x) -> torch.Tensor:
+    """f(x) = alpha(x)^{-1} u(x), the softmax of the logits A_{j0} x, shape (..., T) (Definition 3.3)."""
+    return torch.softmax(_logits(*_block_and_point(Aj, x)), dim=-1)
+
+
+def h(A3, Y, i0: int) -> torch.Tensor:
+    """h(y) = A3 y_{i0} with y_{i0} column i0 of the value matrix Y, shape (..., T) (Definition 3.4)."""
+    A3, Y = _matrix(A3, "A3"), _matrix(Y, "Y")
+    if Y.shape[-2] != A3.shape[-1]:
+        raise ValueError(f"Y must have {A3.shape[-1]} rows (the columns of A3), got shape {tuple(Y.shape)}")
+    if isinstance(i0, bool) or not isinstance(i0, (int, np.integer)) or not 0 <= i0 < Y.shape[-1]:
+        raise ValueError(f"i0 must be a column index of Y in [0, {Y.shape[-1] - 1}], got {i0!r}")
+    return (A3 @ Y[..., :, i0:i0 + 1])[..., 0]
+
+
+def attention_row(Aj, x, attention: str = "softmax") -> torch.Tensor:
+    """The attention row: f(x) (softmax) or the unnormalized logits A_{j0} x (attention="linear")."""
+    choice(attention, "attention", ATTENTIONS)
+    return f(Aj, x) if attention == "softmax" else _logits(*_block_and_point(Aj, x))
+
+
+def _arguments(Aj, x, hv, b):
+    Aj, x = _block_and_point(Aj, x)
+    hv, b = as_tensor(hv, "h"), as_tensor(b, "b")
+    if hv.ndim < 1 or hv.shape[-1] != Aj.shape[-2]:
+        raise ValueError(f"h must have shape (..., {Aj.shape[-2]}) (one value per token), got {tuple(hv.shape)}")
+    return Aj, x, hv, b
+
+
+def _outer(s, b, kind: str):
+    """L and dL/ds for the loss `kind` of s = <row, h> and target b."""
+    if kind == "squared":
+        return (s - b) ** 2, 2 * (s - b)
+    m = b * s
+    if kind == "logistic":
+        return torch.logaddexp(torch.zeros_like(m), -m), -b * torch.sigmoid(-m)
+    slope = b * torch.sigmoid(m) * torch.sigmoid(-m)  # b g'(b s)
+    return (torch.sigmoid(m), slope) if kind == "paper" else (torch.sigmoid(-m), -slope)
+
+
+def loss(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+    """The loss of one entry (l0, j0, i0), shape (...): `kind` "paper" g(b s) (as written in paper C),
+    "sigmoid" g(-b s), "logistic" log(1 + e^{-b s}) or "squared" (s - b)^2, with s = <row(x), h>."""
+    choice(kind, "kind", KINDS)
+    Aj, x, hv, b = _arguments(Aj, x, h, b)
+    s = (attention_row(Aj, x, attention) * hv).sum(-1)
+    return _outer(s, b, kind)[0]
+
+
+def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+    """The closed-form gradient dL/dx (..., d^2) by the chain rule: dL/ds A_{j0}^T (f o (h - <f, h>)) for softmax
+    (the bracket in pairwise form, f_t sum_tau f_tau (h_t - h_tau)), dL/ds A_{j0}^T h for linear attention."""
+    choice(kind, "kind", KINDS)
+    choice(attention, "attention", ATTENTIONS)
+    Aj, x, hv, b = _arguments(Aj, x, h, b)
+    row = attention_row(Aj, x, attention)
+    s = (row * hv).sum(-1)
+    if attention == "softmax":
+        inner = row * (row[..., None, :] * (hv[..., :, None] - hv[..., None, :])).sum(-1)
+    else:
+        inner = hv.expand(row.shape)
+    slope = _outer(s, b, kind)[1]
+    return slope[..., None] * (inner[..., None, :] @ Aj)[..., 0, :]
+
+
+def paper_gradient(Aj, x, h, b) -> torch.Tensor:
+    """Paper C's Lemma 3.11 as written: dL/dx_i = g(s)(1 - g(s)) b (<f o A_{j0,*,i}, h> - s <f, A_{j0,*,i}>),
+    s = <f, h>. It is the gradient of g(b s) only for b in {-1, 0, 1} (the chain rule gives g'(b s), not g'(s))."""
+    Aj, x, hv, b = _arguments(Aj, x, h, b)
+    fx = f(Aj, x)
+    s = (fx * hv).sum(-1)
+    first = ((fx * hv)[..., None, :] @ Aj)[..., 0, :]  # <f o A_{*,i}, h> for every column i
+    second = (fx[..., None, :] @ Aj)[..., 0, :]  # <f, A_{*,i}>
+    scale = torch.sigmoid(s) * (1 - torch.sigmoid(s)) * b
+    return scale[..., None] * (first - s[..., None] * second)
+
+
+# ------------------------------------------------------------------ Lipschitz bounds
+
+def log10_bound(T, R):
+    """log10 of M = 3 T^3 R^7 exp(13 R^2), paper C's Lemma 3.13 (M overflows float64 from R = 7.4 on).
+
+    T is the sentence length (paper C writes n^3). The lemma assumes R >= 4, ||A_{j0}|| <= R and
+    ||A_{j0} x|| <= R."""
+    n_arr, R_arr = np.asarray(T, dtype=float), np.asarray(R, dtype=float)
+    if not np.all(np.isfinite(R_arr)) or np.any(R_arr < 4):
+        raise ValueError(f"R must be >= 4 (a hypothesis of Lemma 3.13), got {R!r}")
+    if not np.all(np.isfinite(n_arr)) or np.any(n_arr < 1) or np.any(n_arr != np.round(n_arr)):
+        raise ValueError(f"T must be a positive integer (the sentence length, paper C's n), got {T!r}")
+    value = np.log10(3) + 3 * np.log10(n_arr) + 7 * np.log10(R_arr) + 13 * R_arr ** 2 / np.log(10)
+    return float(value) if value.ndim == 0 else value
+
+
+def lipschitz_bound(Aj, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+    """A Lipschitz constant of x -> dL/dx valid on all of R^{d^2} (the book's derivation, chapter 7), shape (...).
+
+    Softmax, with rho = max h - min h and A = ||A_{j0}||_2: |l''| b^2 A^2 rho^2 / 4 + |l'| |b| A^2 (5/4) rho, with
+    sup |l'|, sup |l''| = 1, 1/4 (logistic) or 1/4, 1/(6 sqrt 3) (paper, sigmoid); squared: A^2 (rho^2 / 2 +
+    (5/2) rho (max |h| + |b|)). Linear attention (exact): sup |l''| b^2 ||A_{j0}^T h||^2, with 2 for squared."""
+    choice(kind, "kind", KINDS)
+    choice(attention, "attention", ATTENTIONS)
+    Aj, hv, b = _matrix(Aj, "Aj"), as_tensor(h, "h"), as_tensor(b, "b")
+    if hv.ndim < 1 or hv.shape[-1] != Aj.shape[-2]:
+        raise ValueError(f"h must have shape (..., {Aj.shape[-2]}) (one value per token), got {tuple(hv.shape)}")
+    second = {"logistic": 0.25, "paper": _G2, "sigmoid": _G2, "squared": 2.0}[kind]
+    if attention == "linear":
+        ATh = (hv[..., None, :] @ Aj)[..., 0, :].norm(dim=-1)
+        return second * (b ** 2 if kind != "squared" else 1.0) * ATh ** 2
+    A2 = torch.linalg.matrix_norm(Aj, ord=2) ** 2
+    rho = hv.max(-1).values - hv.min(-1).values
+    if kind == "squared":
+        return A2 * (rho ** 2 / 2 + 2.5 * rho * (hv.abs().max(-1).values + b.abs()))
+    first = 1.0 if kind == "logistic" else _G1
+    return A2 * (second * b ** 2 * rho ** 2 / 4 + first * b.abs() * 1.25 * rho)
+
+
+# ------------------------------------------------------------------ instances and points of the R-ball
+
+class Instance(NamedTuple):
+    """One loss entry: the row block A_{j0} (..., T, d^2), the values h (..., T) and the target b (...)."""
+
+    Aj: torch.Tensor
+    h: torch.Tensor
+    b: torch.Tensor
+
+
+def random_instance(T: int, d: int, R: float, *, seed: int, batch: int | None = None,
+                    h_norm: float | None = None) -> Instance:
+    """Gaussian A1, A2 (T, d), the block A_{j0} (j0 = 0) scaled to ||A_{j0}||_2 = R (the largest norm Lemma 3.13
+    allows), Gaussian h scaled to ||h||_2 = h_norm (default R) and b = +-1 with probability 1/2."""
+    T, d = positive_int(T, "T"), positive_int(d, "d")
+    R = positive_float(R, "R")
+    h_norm = R if h_norm is None else positive_float(h_norm, "h_norm")
+    shape = () if batch is None else (positive_int(batch, "batch"),)
+    gen = torch.Generator().manual_seed(int(seed))
+    A1 = torch.randn(shape + (T, d), generator=gen, dtype=torch.float64)
+    A2 = torch.randn(shape + (T, d), generator=gen, dtype=torch.float64)
+    Aj = row_block(A1, A2, 0)
+    Aj = Aj * (R / torch.linalg.matrix_norm(Aj, ord=2))[..., None, None]
+    hv = torch.randn(shape + (T,), generator=gen, dtype=torch.float64)
+    hv = hv * (h_norm / hv.norm(dim=-1, keepdim=True))
+    b = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
+    return Instance(Aj, hv, b)
+
+
+def _ball_radius(Aj, R) -> float:
+    R = positive_float(R, "R")
+    if torch.linalg.matrix_norm(Aj, ord=2).max() > R * (1 + 1e-12):
+        raise ValueError("||A_j0||_2 exceeds R: Lemma 3.13 assumes ||A_j0|| <= R (rescale A_j0 or raise R)")
+    return R
+
+
+def _row_space_direction(Aj: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Tensor:
+    w = torch.randn(shape + Aj.shape[:-1], generator=gen, dtype=torch.float64)
+    direction = (w[..., None, :] @ Aj)[..., 0, :]  # A_{j0}^T w: moves the logits, nothing else
+    return direction / direction.norm(dim=-1, keepdim=True)
+
+
+def sample_ball(Aj, R: float, count: int, *, seed: int) -> torch.Tensor:
+    """`count` random points x (count, ..., d^2) of the R-ball {x : ||A_{j0} x||_2 <= R} in the row space of A_{j0}
+    (the other directions change no logit), with ||A_{j0} x|| uniform on [0, R]."""
+    Aj = _matrix(Aj, "Aj")
+    R, count = _ball_radius(Aj, R), positive_int(count, "count")
+    gen = torch.Generator().manual_seed(int(seed))
+    x = _row_space_direction(Aj, (count,), gen)
+    radius = R * torch.rand((count,) + Aj.shape[:-2], generator=gen, dtype=torch.float64)
+    return x * (radius / _logits(Aj, x).norm(dim=-1))[..., None]
+
+
+def into_ball(Aj, x, R: float) -> torch.Tensor:
+    """x scaled towards 0 just enough that ||A_{j0} x|| <= R (the ball is convex and contains 0)."""
+    Aj, x = _block_and_point(Aj, x)
+    norm = _logits(Aj, x).norm(dim=-1)
+    return x * torch.clamp(R / norm.clamp_min(1e-300), max=1.0)[..., None]
+
+
+def ratios(function: Callable, x1, x2) -> torch.Tensor:
+    """Lipschitz ratios ||F(x1) - F(x2)|| / ||x1 - x2|| over the last dimension (F(x) vector-valued), shape (...)."""
+    x1, x2 = as_tensor(x1, "x1"), as_tensor(x2, "x2")
+    difference = function(x1) - function(x2)
+    return difference.reshape(difference.shape[:x1.ndim - 1] + (-1,)).norm(dim=-1) / (x1 - x2).norm(dim=-1)
+
+
+def hessian_norm(function: Callable, x, *, iterations: int = 30, seed: int = 0) -> torch.Tensor:
+    """A lower bound on ||Hess F(x)||_2 for a scalar F (batched: F maps (..., D) to (...)), shape (...).
+
+    Power iteration with Hessian-vector products by double backward (torch.autograd); the result is
+    ||H v|| for a unit v, which never exceeds ||H||_2 and converges to it."""
+    iterations = positive_int(iterations, "iterations")
+    x = as_tensor(x, "x").detach().requires_grad_(True)
+    with torch.enable_grad():
+        grad = torch.autograd.grad(function(x).sum(), x, create_graph=True)[0]
+        gen = torch.Generator().manual_seed(int(seed))
+        v = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        v = v / v.norm(dim=-1, keepdim=True)
+        for _ in range(iterations):
+            Hv = torch.autograd.grad((grad * v).sum(), x, retain_graph=True)[0]
+            norm = Hv.norm(dim=-1)
+            v = Hv / norm.clamp_min(1e-300)[..., None]
+    return norm.detach()
+
+
+class Estimate(NamedTuple):
+    """Empirical Lipschitz constants of the gradient (lower bounds of the true one), one per instance."""
+
+    pairs: torch.Tensor  # max ||grad(x) - grad(x')|| / ||x - x'|| over sampled pairs of the R-ball
+    power: torch.Tensor  # max over sampled points of the Hessian's spectral norm (power iteration)
+
+
+def empirical_lipschitz(instance: Instance, R: float, *, kind: str = "logistic", attention: str = "softmax",
+                        points: int = 64, iterations: int = 30, seed: int = 0, close: float = 1e-4) -> Estimate:
+    """Two lower bounds on the Lipschitz constant of x -> dL/dx over the R-ball {||A_{j0} x|| <= R}, per instance.
+
+    pairs: `points` far pairs (independent random points) and `points` close pairs (a step of relative size
+    `close` in a random direction of the row space); power: `hessian_norm` at the same `points` points. Every
+    pair lies in the convex ball, so each ratio is at most the constant; so is each Hessian norm."""
+    choice(kind, "kind", KINDS)
+    choice(attention, "attention", ATTENTIONS)
+    Aj, hv, b = _matrix(instance.Aj, "Aj"), as_tensor(instance.h, "h"), as_tensor(instance.b, "b")
+    R, close = _ball_radius(Aj, R), positive_float(close, "close")
+    x = sample_ball(Aj, R, 2 * positive_int(points, "points"), seed=seed)
+    x, far = x[:points], x[points:]
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    step = close * R / torch.linalg.matrix_norm(Aj, ord=2)[..., None]
+    near = into_ball(Aj, x + step * _row_space_direction(Aj, (points,), gen), R)
+
+    def grad(z):
+        return gradient(Aj, z, hv, b, kind=kind, attention=attention)
+
+    pairs = torch.maximum(ratios(grad, x, far), ratios(grad, x, near)).max(0).values
+    power = hessian_norm(lambda z: loss(Aj, z, hv, b, kind=kind, attention=attention), x,
+                         iterations=iterations, seed=seed + 2).max(0).values
+    return Estimate(pairs, power)
+
+
+def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logistic",
+            attention: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain gradient descent x <- x - lr dL/dx on one loss entry from x0 (..., d^2): the losses (steps + 1, ...)
+    and the final point. With lr <= 1 / (a Lipschitz constant of the gradient) every step decreases the loss."""
+    lr, steps = positive_float(lr, "lr"), positive_int(steps, "steps", minimum=0)
+    Aj, hv, b = instance
+    x = as_tensor(x0, "x0")
+    losses = [loss(Aj, x, hv, b, kind=kind, attention=attention)]
+    for _ in range(steps):
+        x = x - lr * gradient(Aj, x, hv, b, kind=kind, attention=attention)
+        losses.append(loss(Aj, x, hv, b, kind=kind, attention=attention))
+    return torch.stack(losses), x
