@@ -9,9 +9,12 @@ VENDOR_PACKAGES := mathjax@3.2.2 @jupyter-widgets/html-manager@1.0.15 requirejs@
 SOURCES := $(wildcard book_src/*.md)
 NOTEBOOKS := $(patsubst book_src/%.md,book/%.ipynb,$(SOURCES))
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
+# The tests render the stored outputs of book/ (which nbval has just shown to be reproducible) instead of
+# executing every chapter a second time.
+STORED := _build/config-stored-outputs.yml
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync bench clean
+.PHONY: setup book test notebooks sync student pdf bench clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -45,11 +48,26 @@ book: setup sync
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
 
-test: setup
-	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py
+$(STORED): _config.yml
+	mkdir -p _build && sed 's/execute_notebooks: force/execute_notebooks: "off"/' _config.yml > $@
+
+test: setup $(STORED)
+	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py
 	$(NBVAL) book/
-	$(JB_BUILD)
-	$(BIN)/python -m pytest tests/browser
+	$(BIN)/python -m pytest tests/test_student_edition.py
+	$(JB_BUILD) --config $(STORED)
+	if command -v xelatex >/dev/null; then $(JB_BUILD) --config $(STORED) --builder pdflatex; fi
+	$(BIN)/python -m pytest tests/browser tests/test_pdf.py
+
+# The book as a PDF (_build/latex/book.pdf), through XeLaTeX, every chapter executed afresh.
+pdf: setup sync
+	$(JB_BUILD) --builder pdflatex
+	@echo "The PDF is at _build/latex/book.pdf"
+
+# The student edition: every chapter as a notebook, solutions removed, exercise stubs left in place.
+student: setup
+	$(BIN)/python tools/student_edition.py _build/student
+	@echo "The student edition is in _build/student/"
 
 # Speed: the library against a straightforward reference implementation, side by side (prints a table).
 bench: setup

@@ -1,5 +1,6 @@
 """Every page of the built book, opened in headless chromium: it loads offline, its math is typeset, its figures
-have alt text, its links lead somewhere, and each chapter can be launched in Binder and Colab.
+have alt text, its text has enough contrast, its links lead somewhere, and each chapter can be launched in Binder
+and Colab.
 
 Run `make book` first; the pages are the `root:`/`file:` entries of _toc.yml.
 """
@@ -90,6 +91,53 @@ def test_figures_have_alt_text_and_load(name, visit):
                 if not image["alt"] or FILE_NAME_ALT.search(image["alt"])]
     problems += [f"{image['src']} (did not load)" for image in images if not image["loaded"]]
     assert not problems, f"{name}.html: figures {problems}"
+
+
+# WCAG 2.1 contrast (level AA): 4.5:1 for body text, 3:1 for large text (>= 24 px, or >= 18.66 px bold).
+CONTRAST = """() => {
+    const channel = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+    const rgba = text => (text.match(/[\\d.]+/g) || []).map(Number);
+    const luminance = ([r, g, b]) => 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+    const background = element => {  // the first opaque background behind the element (white at the root)
+        for (let node = element; node && node.nodeType === 1; node = node.parentElement) {
+            const [r, g, b, a = 1] = rgba(getComputedStyle(node).backgroundColor);
+            if (a > 0.5 && getComputedStyle(node).backgroundImage === 'none') return [r, g, b];
+        }
+        return [255, 255, 255];
+    };
+    const article = document.querySelector('.bd-article') || document.querySelector('main');
+    const low = [];
+    for (const element of article ? article.querySelectorAll('*') : []) {
+        const own = [...element.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+        const style = getComputedStyle(element);
+        if (!own || style.visibility !== 'visible' || !element.getClientRects().length) continue;
+        if (element.closest('mjx-container, svg')) continue;  // math is drawn, not text
+        const [r, g, b, a = 1] = rgba(style.color);
+        const back = background(element);
+        const fore = [r, g, b].map((c, i) => a * c + (1 - a) * back[i]);
+        const [hi, lo] = [luminance(fore), luminance(back)].sort((x, y) => y - x);
+        const ratio = (hi + 0.05) / (lo + 0.05);
+        const size = parseFloat(style.fontSize), bold = parseInt(style.fontWeight) >= 700;
+        const needed = size >= 24 || (bold && size >= 18.66) ? 3 : 4.5;
+        if (ratio < needed) low.push(`${element.tagName.toLowerCase()} "${element.textContent.trim().slice(0, 40)}" `
+                                     + `${style.color} on rgb(${back}): ${ratio.toFixed(2)} < ${needed}`);
+    }
+    return low;
+}"""
+
+
+@each_page
+def test_text_has_enough_contrast(name, visit):
+    low = visit(name).page.evaluate(CONTRAST)
+    assert not low, f"{name}.html: text below the WCAG AA contrast ratio ({len(low)}): {low[:10]}"
+
+
+def test_contrast_check_catches_faint_text(browser):
+    page = browser.new_page()
+    page.set_content('<main><p style="color:#aaa">faint</p><p>dark</p><p style="font-size:30px;color:#888">big</p></main>')
+    low = page.evaluate(CONTRAST)
+    page.close()
+    assert len(low) == 1 and low[0].startswith('p "faint"') and "2.32 < 4.5" in low[0]
 
 
 @each_page

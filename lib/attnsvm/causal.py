@@ -1,0 +1,674 @@
+"""Causal and sequence-to-sequence attention: every token is a query (paper A's extension, paper C's setting).
+
+A `SequenceProblem` holds n sequences X_i of T tokens and one linear head v_ik per query position k. Query k of
+sequence i is the token x_ik; it attends to the tokens t <= k of its prefix (causal) or to every token t (seq2seq):
+
+    logit_ikt = x_it^T W x_ik,   s_ik = softmax over the candidates t,   f_ik = sum_t s_ikt gamma_ikt,
+    gamma_ikt = v_ik^T x_it (the token score),   L(W) = mean over (i, k) of l(f_ik)      (labels +1).
+
+For next-token prediction (`next_token_problem`) the head of query k is the embedding of the true next token,
+v_ik = x_{i,k+1} (tied embeddings), so a prefix token scores high when it equals or resembles the next token.
+Each query is paper A's model with one sequence, its own head and label +1, so the exact log-space gradient of
+`gradients.logit_gradient` applies query by query; `weight_gradient` combines all queries in log space.
+
+The causal Att-SVM separates, for every query, the selected token alpha_ik from each other candidate t:
+
+    min ||W||_F  s.t.  (x_{i alpha_ik} - x_it)^T W x_ik >= 1  for every (i, k) and candidate t != alpha_ik,
+
+except the candidates t that are copies of the selected token (x_it = x_{i alpha_ik}): their logit equals the
+selected token's for every W, so no W can separate them; they are left out. Its soft-margin version (paper C,
+Definition 4.1) adds slacks xi >= 0 to the constraints and C sum xi to the objective.
+
+Conventions: indices start at 0 (query k = 0 is the first token); the optimal token is argmax_t gamma_ikt, ties
+(exact copies of one token) broken towards the latest occurrence; `margins` and the multipliers are NaN/0 off
+the separation constraints. All solvers work with the Gram matrix of the constraints, G = (D D^T) * (Z Z^T) for
+rows kron(delta, z), so their cost does not grow with d^2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import clarabel
+import numpy as np
+import torch
+from scipy import sparse
+
+from . import svm
+from .checks import as_index, as_tensor, choice, positive_float, positive_int, require_shape
+from .data import Problem, unit_rows
+from .gradients import logit_gradient
+from .initial import uniform_init
+from .model import LOSSES
+from .train import Trajectory
+
+OBJECTIVES = ("squared", "norm")  # (1/2)||W||_F^2 + C sum xi (default), or paper C's ||W||_F + C sum xi
+POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
+
+
+# ------------------------------------------------------------------ a synthetic language
+
+@dataclass(frozen=True)
+class Language:
+    """A first-order Markov language over V tokens with unit-norm embeddings in R^d.
+
+    embeddings (V, d); start (V,) the distribution of the first token; transition (V, V): row a is the
+    distribution of the token that follows a.
+    """
+
+    embeddings: torch.Tensor
+    start: torch.Tensor
+    transition: torch.Tensor
+
+    @property
+    def V(self) -> int:
+        return self.embeddings.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.embeddings.shape[1]
+
+    def sample(self, n: int, T: int, *, seed: int):
+        """n sequences of T tokens: (ids (n, T) int64, X (n, T, d) their embeddings)."""
+        n, T = positive_int(n, "n"), positive_int(T, "T")
+        gen = torch.Generator().manual_seed(int(seed))
+        ids = torch.empty(n, T, dtype=torch.int64)
+        ids[:, 0] = torch.multinomial(self.start, n, replacement=True, generator=gen)
+        for t in range(1, T):
+            ids[:, t] = torch.multinomial(self.transition[ids[:, t - 1]], 1, generator=gen)[:, 0]
+        return ids, self.embeddings[ids]
+
+
+def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Language:
+    """A random language: unit-norm Gaussian embeddings, a uniform first token, and for every token
+    `successors` likely next tokens (drawn without replacement) with Dirichlet(1) probabilities."""
+    V, d = positive_int(V, "V", minimum=2), positive_int(d, "d")
+    successors = positive_int(successors, "successors")
+    if successors > V:
+        raise ValueError(f"successors must be at most V={V} (each token has that many possible next tokens), "
+                         f"got {successors}")
+    gen = torch.Generator().manual_seed(int(seed))
+    embeddings = unit_rows(torch.randn(V, d, generator=gen, dtype=torch.float64))
+    nxt = torch.rand(V, V, generator=gen).argsort(dim=1)[:, :successors]  # a random subset per token
+    weights = -torch.log(torch.rand(V, successors, generator=gen, dtype=torch.float64))  # Dirichlet(1)
+    transition = torch.zeros(V, V, dtype=torch.float64).scatter_(1, nxt, weights / weights.sum(1, keepdim=True))
+    return Language(embeddings, torch.full((V,), 1.0 / V, dtype=torch.float64), transition)
+
+
+def next_token_problems(n: int, T: int, d: int, *, V: int = 20, successors: int = 3, seeds=range(5)):
+    """One next-token problem per seed s: n sequences of T tokens sampled from `synthetic_language(V, d,
+    seed=s)` (with sampling seed s), as one batch. Returns (SequenceProblem (len(seeds), n, T, d), token ids
+    (len(seeds), n, T))."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed (one problem per seed)")
+    samples = [synthetic_language(V, d, seed=s, successors=successors).sample(n, T, seed=s) for s in seeds]
+    ids, X = (torch.stack(part) for part in zip(*samples))
+    return next_token_problem(X), ids
+
+
+# ------------------------------------------------------------------ the problem
+
+@dataclass(frozen=True, init=False)
+class SequenceProblem:
+    """n sequences X (..., n, T, d) whose tokens k < K are queries, each with its own head V (..., n, K, d).
+
+    causal=True: query k attends to the tokens t <= k (K <= T); causal=False (sequence-to-sequence): to all T.
+    """
+
+    X: torch.Tensor
+    V: torch.Tensor
+    causal: bool
+
+    def __init__(self, X, V, *, causal: bool = True, device=None):
+        X = as_tensor(X, "X", device=device)
+        if X.ndim < 3:
+            raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {tuple(X.shape)}")
+        V = as_tensor(V, "V", device=device)
+        if V.ndim != X.ndim or V.shape[:-2] != X.shape[:-2] or V.shape[-1] != X.shape[-1]:
+            raise ValueError(f"V must have shape {tuple(X.shape[:-2])} + (K, {X.shape[-1]}) (one head per query "
+                             f"position k < K), got {tuple(V.shape)}")
+        if V.shape[-2] < 1 or V.shape[-2] > X.shape[-2]:
+            raise ValueError(f"V must hold between 1 and T={X.shape[-2]} heads per sequence (queries are the first "
+                             f"K tokens), got K={V.shape[-2]}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be True (prefix attention) or False (sequence-to-sequence), got {causal!r}")
+        for name, value in (("X", X), ("V", V), ("causal", causal)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.X.shape[:-3])
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[-3]
+
+    @property
+    def T(self) -> int:
+        return self.X.shape[-2]
+
+    @property
+    def K(self) -> int:
+        return self.V.shape[-2]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[-1]
+
+    @property
+    def queries(self) -> torch.Tensor:
+        """The query tokens x_ik, k < K: (..., n, K, d)."""
+        return self.X[..., : self.K, :]
+
+    def __getitem__(self, index) -> "SequenceProblem":
+        if not self.batch_shape:
+            raise IndexError("this SequenceProblem has no batch dimension to index")
+        return SequenceProblem(self.X[index], self.V[index], causal=self.causal)
+
+    def __repr__(self) -> str:
+        batch = f"batch={self.batch_shape}, " if self.batch_shape else ""
+        kind = "causal" if self.causal else "seq2seq"
+        return f"SequenceProblem({batch}n={self.n}, T={self.T}, K={self.K}, d={self.d}, {kind})"
+
+
+def next_token_problem(X) -> SequenceProblem:
+    """Causal next-token prediction on X (..., n, T, d): query k < T - 1 predicts token k + 1, with the tied
+    head v_ik = x_{i,k+1} (the embedding of the true next token)."""
+    X = as_tensor(X, "X")
+    if X.ndim < 3 or X.shape[-2] < 2:
+        raise ValueError(f"X must have shape (..., n, T, d) with T >= 2 (a next token to predict), got "
+                         f"{tuple(X.shape)}")
+    return SequenceProblem(X, X[..., 1:, :], causal=True)
+
+
+def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None,
+                   causal: bool = True) -> SequenceProblem:
+    """The papers' random instance with every token a query: unit-norm Gaussian tokens X (n, T, d) and heads
+    V (n, T, d), one per query (K = T); with `batch=B`, B independent problems from one seeded generator."""
+    n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
+    shape = () if batch is None else (positive_int(batch, "batch"),)
+    gen = torch.Generator().manual_seed(int(seed))
+    X = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
+    V = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
+    return SequenceProblem(X, V, causal=causal)
+
+
+def candidates(problem: SequenceProblem) -> torch.Tensor:
+    """Boolean (K, T): whether query k may attend to token t (t <= k if causal, every t otherwise)."""
+    k = torch.arange(problem.K, device=problem.X.device)[:, None]
+    t = torch.arange(problem.T, device=problem.X.device)[None, :]
+    return t <= k if problem.causal else torch.ones(problem.K, problem.T, dtype=torch.bool, device=problem.X.device)
+
+
+def _values(problem: SequenceProblem) -> torch.Tensor:
+    """gamma_ikt = v_ik^T x_it for all (k, t), shape (..., n, K, T) (0 where t is not a candidate)."""
+    return torch.einsum("...ntd,...nkd->...nkt", problem.X, problem.V) * candidates(problem)
+
+
+def scores(problem: SequenceProblem) -> torch.Tensor:
+    """Token scores gamma_ikt = v_ik^T x_it, shape (..., n, K, T), -inf where t is not a candidate of query k."""
+    return _values(problem).masked_fill(~candidates(problem), -torch.inf)
+
+
+def _copies(problem: SequenceProblem, alpha: torch.Tensor) -> torch.Tensor:
+    """Boolean (..., n, K, T): token t is an exact copy of the selected token x_{i alpha_ik} (alpha itself too)."""
+    chosen = torch.gather(problem.X, -2, alpha[..., None].expand(alpha.shape + (problem.d,)))  # (..., n, K, d)
+    return (problem.X[..., None, :, :] == chosen[..., :, None, :]).all(-1)
+
+
+def optimal_tokens(problem: SequenceProblem) -> torch.Tensor:
+    """opt_ik = argmax_t gamma_ikt over the candidates, shape (..., n, K); among exact copies of the best token,
+    the latest occurrence."""
+    gamma = scores(problem)
+    first = gamma.argmax(-1)
+    latest = torch.arange(problem.T, device=problem.X.device).expand(gamma.shape)
+    latest = latest.masked_fill(~(_copies(problem, first) & candidates(problem)), -1)
+    return latest.amax(-1)
+
+
+def _selection(problem: SequenceProblem, alpha) -> torch.Tensor:
+    """alpha as a checked int64 tensor (..., n, K) of candidate tokens (default: the optimal tokens)."""
+    if alpha is None:
+        return optimal_tokens(problem)
+    shape = problem.batch_shape + (problem.n, problem.K)
+    alpha = torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
+    if problem.causal and (alpha > torch.arange(problem.K, device=alpha.device)).any():
+        raise ValueError("alpha selects a token after its query: causal query k can only select a token t <= k")
+    return alpha
+
+
+def separation_mask(problem: SequenceProblem, alpha=None) -> torch.Tensor:
+    """Boolean (..., n, K, T): the (query, token) pairs of the Att-SVM constraints, i.e. the candidates t of query
+    (i, k) other than alpha_ik and its exact copies (default alpha: the optimal tokens)."""
+    alpha = _selection(problem, alpha)
+    return candidates(problem) & ~_copies(problem, alpha)
+
+
+# ------------------------------------------------------------------ the model and its loss
+
+def _W(problem: SequenceProblem, W) -> torch.Tensor:
+    W = as_tensor(W, "W", device=problem.X.device)
+    d = problem.d
+    if W.ndim < 2 or W.shape[-2:] != (d, d):
+        raise ValueError(f"W must have shape (..., {d}, {d}) (the key-query matrix), got {tuple(W.shape)}")
+    try:
+        torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
+    except RuntimeError as err:
+        raise ValueError(f"W's batch shape {tuple(W.shape[:-2])} does not match the problem's "
+                         f"{problem.batch_shape}: pass one W (d, d) or one per problem") from err
+    return W
+
+
+def _flat(tensor: torch.Tensor, batch: tuple, tail: tuple) -> torch.Tensor:
+    """`tensor` broadcast to batch + tail and flattened to (B, *tail) (B = prod(batch), at least 1)."""
+    return tensor.expand(batch + tail).reshape((-1,) + tail)
+
+
+def _raw_logits(problem: SequenceProblem, W: torch.Tensor) -> torch.Tensor:
+    """x_it^T W x_ik for all (k, t), shape (..., n, K, T), finite everywhere (candidates not applied)."""
+    batch = torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
+    n, T, K, d = problem.n, problem.T, problem.K, problem.d
+    X = _flat(problem.X, batch, (n, T, d)).reshape(-1, n * T, d)
+    XW = X @ W if W.ndim == 2 else torch.bmm(X, _flat(W, batch, (d, d)))  # rows x_it^T W
+    Q = _flat(problem.queries, batch, (n, K, d)).reshape(-1, K, d)
+    return torch.bmm(Q, XW.reshape(-1, T, d).transpose(1, 2)).reshape(batch + (n, K, T))
+
+
+def logits(problem: SequenceProblem, W) -> torch.Tensor:
+    """Attention logits x_it^T W x_ik, shape (..., n, K, T), -inf where t is not a candidate of query k."""
+    return _raw_logits(problem, _W(problem, W)).masked_fill(~candidates(problem), -torch.inf)
+
+
+def attention(problem: SequenceProblem, W) -> torch.Tensor:
+    """Attention probabilities s_ikt (softmax over the candidates), shape (..., n, K, T), 0 off the candidates."""
+    return torch.softmax(logits(problem, W), dim=-1)
+
+
+def outputs(problem: SequenceProblem, W) -> torch.Tensor:
+    """f_ik = sum_t s_ikt gamma_ikt = v_ik^T X_i^T s_ik, shape (..., n, K)."""
+    return (attention(problem, W) * _values(problem)).sum(-1)
+
+
+def loss(problem: SequenceProblem, W, kind: str = "logistic") -> torch.Tensor:
+    """The risk (1/(n K)) sum_{i,k} l(f_ik) (labels +1), shape (...,)."""
+    choice(kind, "loss", tuple(LOSSES))
+    return LOSSES[kind].value(outputs(problem, W)).mean((-2, -1))
+
+
+_risk = loss  # `gd` takes a `loss` argument (the loss's name), as `train.gd` does
+
+
+class WeightGradient(NamedTuple):
+    """dL/dW = exp(log_scale)[..., None, None] * direction, and dL/dlogits = exp(log_scale) * logit_direction."""
+
+    direction: torch.Tensor  # (..., d, d)
+    log_scale: torch.Tensor  # (...,)
+    logit_direction: torch.Tensor  # (..., n, K, T), 0 off the candidates
+
+
+class _Plan:
+    """The pieces of the gradient that do not depend on W, for W of batch shape `batch` (built once by `gd`).
+
+    Every query (i, k) with at least two candidates is a problem of paper A's model with one sequence of T
+    tokens, the query's own head and label +1, in which the tokens that are not candidates have logit -inf
+    (attention exactly 0; `gradients.logit_gradient` then gives them gradient exactly 0). Causal query 0 has a
+    single candidate: its loss does not depend on W, and it is left out.
+    """
+
+    def __init__(self, problem: SequenceProblem, batch: tuple):
+        self.problem, self.batch = problem, torch.broadcast_shapes(batch, problem.batch_shape)
+        n, K, T, d = problem.n, problem.K, problem.T, problem.d
+        self.first = 1 if problem.causal else 0  # the first query with two candidates or more
+        shape = self.batch + (n, K - self.first)
+        self.one = Problem(problem.X[..., :, None, None, :, :].expand(shape + (1, T, d)),
+                           torch.ones(shape + (1,), dtype=torch.float64, device=problem.X.device),
+                           problem.queries[..., self.first:, None, :].expand(shape + (1, d)),
+                           problem.V[..., self.first:, :].expand(shape + (d,)))
+        self.values = _values(problem)[..., self.first:, None, :]
+        self.excluded = ~candidates(problem)[self.first:, None, :]
+
+    def gradient(self, W: torch.Tensor, kind: str) -> "WeightGradient":
+        problem, batch = self.problem, self.batch
+        n, K, T, d = problem.n, problem.K, problem.T, problem.d
+        if K == self.first or T < 2:
+            return WeightGradient(torch.zeros(batch + (d, d), dtype=torch.float64, device=problem.X.device),
+                                  torch.full(batch, -torch.inf, dtype=torch.float64),
+                                  torch.zeros(batch + (n, K, T), dtype=torch.float64, device=problem.X.device))
+        raw = _raw_logits(problem, W)[..., self.first:, None, :].masked_fill(self.excluded, -torch.inf)
+        grad = logit_gradient(self.one, raw, kind, values=self.values)
+        top = grad.log_scale.amax((-2, -1))  # M: the largest log scale of a query, (...,)
+        direction = torch.exp(grad.log_scale - top[..., None, None])[..., None] * grad.direction[..., 0, :]
+        direction = torch.nn.functional.pad(direction, (0, 0, self.first, 0))  # (..., n, K, T), 0 for query 0
+        X = _flat(problem.X, batch, (n, T, d)).reshape(-1, T, d)
+        weighted = torch.bmm(direction.reshape(-1, K, T), X).reshape(-1, n * K, d)  # sum_t g_ikt x_it
+        Q = _flat(problem.queries, batch, (n, K, d)).reshape(-1, n * K, d)
+        G = torch.bmm(weighted.transpose(1, 2), Q).reshape(batch + (d, d))
+        log_scale = top - np.log(n * K)  # the risk is a mean over the n K queries
+        return WeightGradient(G, log_scale, direction)
+
+
+def weight_gradient(problem: SequenceProblem, W, kind: str = "logistic") -> WeightGradient:
+    """The exact gradient of `loss`, dL/dW = exp(log_scale) * direction, however far softmax saturates.
+
+    Each query is paper A's model with one sequence, its own head and label +1, whose logit gradient
+    `gradients.logit_gradient` computes exactly as exp(log_scale_q) * direction_q. The queries are combined in
+    log space, sum_q exp(log_scale_q - M) direction_q with M the largest log scale, so that no query's
+    contribution underflows before the sum: dL/dW = exp(M) / (n K) * sum_ikt g_ikt x_it x_ik^T.
+    """
+    choice(kind, "loss", tuple(LOSSES))
+    W = _W(problem, W)
+    return _Plan(problem, W.shape[:-2]).gradient(W, kind)
+
+
+def loss_gradient(problem: SequenceProblem, W, kind: str = "logistic") -> torch.Tensor:
+    """dL/dW (..., d, d); it underflows to 0 only where the true gradient is below the smallest float64."""
+    grad = weight_gradient(problem, W, kind)
+    return torch.exp(grad.log_scale)[..., None, None] * grad.direction
+
+
+def _unit(G: torch.Tensor) -> torch.Tensor:
+    """G / ||G||_F (scaled by its largest entry first, so that a tiny G's square cannot underflow); 0 for G = 0."""
+    scale = G.abs().amax((-2, -1), keepdim=True)
+    G = G / torch.where(scale > 0, scale, 1.0)
+    norm = G.norm(dim=(-2, -1), keepdim=True)
+    return G / torch.where(norm > 0, norm, 1.0)
+
+
+def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = True, init="uniform", seed: int = 0,
+       record_every: int = 1, loss: str = "logistic") -> Trajectory:
+    """Gradient descent on W for every problem of the batch: W(k+1) = W(k) - lr G / ||G||_F (normalized) or
+    W(k) - lr G (plain, paper C's Definition 3.7), with G the exact `weight_gradient`.
+
+    init: "uniform" (torch.nn.Linear's default, seeded by `seed`), "zeros", or an initial W (d, d) or (..., d, d).
+    Records W, the attention probabilities (..., n, K, T) and the loss at steps 0, record_every, ..., `steps`.
+    """
+    choice(loss, "loss", tuple(LOSSES))
+    steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
+    record_every = positive_int(record_every, "record_every")
+    shape = problem.batch_shape + (problem.d, problem.d)
+    if isinstance(init, str):
+        choice(init, "init", ("uniform", "zeros"))
+        W = uniform_init(shape, seed) if init == "uniform" else torch.zeros(shape, dtype=torch.float64)
+    else:
+        W = as_tensor(init, "init", device=problem.X.device)
+        if tuple(W.shape) == shape[-2:]:
+            W = W.expand(shape)
+        require_shape(W, "init", shape, "an initial W for every problem")
+    W = W.to(problem.X.device).clone()
+    recorded = sorted(set(range(0, steps + 1, record_every)) | {steps})
+    plan, rows = _Plan(problem, problem.batch_shape), []
+    for k in range(steps + 1):
+        if k == recorded[len(rows)]:
+            rows.append((W, attention(problem, W), _risk(problem, W, loss)))
+        if k == steps:
+            break
+        grad = plan.gradient(W, loss)
+        step = _unit(grad.direction) if normalized else torch.exp(grad.log_scale)[..., None, None] * grad.direction
+        W = W - lr * step
+    W_rec, probs, risk = (torch.stack(column) for column in zip(*rows))
+    return Trajectory(steps=np.array(recorded), probs=probs, loss=risk, W=W_rec)
+
+
+# ------------------------------------------------------------------ the causal Att-SVM
+
+def margins(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
+    """(x_{i alpha_ik} - x_it)^T W x_ik for the constraint pairs of `separation_mask`, NaN elsewhere:
+    shape (..., n, K, T) (default alpha: the optimal tokens)."""
+    alpha = _selection(problem, alpha)
+    raw = _raw_logits(problem, _W(problem, W))
+    gaps = raw.gather(-1, alpha[..., None].expand(raw.shape[:-1] + (1,))) - raw
+    return gaps.masked_fill(~separation_mask(problem, alpha), torch.nan).cpu().numpy()
+
+
+@dataclass(frozen=True)
+class _Constraints:
+    """The separation constraints of one problem: rows kron(delta_c, z_c), c over `where` (n, K, T) in C order."""
+
+    deltas: np.ndarray  # (m, d): x_{i alpha_ik} - x_it
+    queries: np.ndarray  # (m, d): x_ik
+    where: np.ndarray  # (n, K, T) bool
+
+    def gram(self) -> np.ndarray:
+        """G = A A^T for the rows A_c = kron(delta_c, z_c): (D D^T) * (Z Z^T)."""
+        return (self.deltas @ self.deltas.T) * (self.queries @ self.queries.T)
+
+    def combine(self, lam: np.ndarray) -> np.ndarray:
+        """A^T lam as a (d, d) matrix: sum_c lam_c delta_c z_c^T."""
+        return (self.deltas * lam[:, None]).T @ self.queries
+
+    def margins(self, W: np.ndarray) -> np.ndarray:
+        return np.einsum("cd,de,ce->c", self.deltas, W, self.queries)
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.where.shape)
+        out[self.where] = values
+        return out
+
+
+def _constraints(problem: SequenceProblem, alpha: torch.Tensor):
+    """One `_Constraints` per problem of the batch (flattened), and the batch shape."""
+    where = separation_mask(problem, alpha).cpu().numpy()
+    X, alpha_np = problem.X.cpu().numpy(), alpha.cpu().numpy()
+    n, K, T, d = problem.n, problem.K, problem.T, problem.d
+    X = X.reshape(-1, n, T, d)
+    where, alpha_np = where.reshape(-1, n, K, T), alpha_np.reshape(-1, n, K)
+    out = []
+    for Xb, mask, ab in zip(X, where, alpha_np):
+        i, k, t = np.nonzero(mask)
+        out.append(_Constraints(Xb[i, ab[i, k]] - Xb[i, t], Xb[i, k], mask))
+    return out, problem.batch_shape
+
+
+def _factor(G: np.ndarray) -> np.ndarray:
+    """B with B B^T = G (G symmetric positive semidefinite): the constraint rows in an m-dimensional space
+    with the same inner products, so every SVM of the rows has the same multipliers and norms."""
+    eigenvalues, vectors = np.linalg.eigh(G)
+    return vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
+
+
+def _hard(rows: _Constraints):
+    """(W, multipliers) of the hard-margin SVM, or None when infeasible (`svm._least_distance` on B)."""
+    if len(rows.deltas) == 0:
+        return np.zeros((rows.deltas.shape[1],) * 2), np.zeros(0)
+    solution = svm._least_distance(_factor(rows.gram()))
+    if solution is None:
+        return None
+    lam = solution[1]
+    W = rows.combine(lam)
+    smallest = rows.margins(W).min()
+    if smallest < 1 - svm.MARGIN_TOL:
+        raise svm.SolverError(f"the causal hard-margin Att-SVM solution has margin {smallest:.3g} < 1")
+    return (W / smallest, lam / smallest) if smallest < 1 else (W, lam)
+
+
+def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
+    """argmin_lam (1/2) lam^T G lam - 1^T lam s.t. 0 <= lam <= C (the soft-margin dual), by Clarabel, then the
+    active set polished: free multipliers solve G_FF lam_F = 1 - C G_FU 1 (margin exactly one)."""
+    m = len(G)
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = 1e-10
+    settings.max_iter = 500
+    box = sparse.vstack([-sparse.identity(m), sparse.identity(m)]).tocsc()
+    solver = clarabel.DefaultSolver(sparse.triu(sparse.csc_matrix(G)).tocsc(), -np.ones(m), box,
+                                    np.concatenate([np.zeros(m), np.full(m, C)]), [clarabel.NonnegativeConeT(2 * m)],
+                                    settings)
+    solution = solver.solve()
+    if str(solution.status) not in ("Solved", "AlmostSolved"):
+        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on the soft-margin dual")
+    lam = np.clip(np.asarray(solution.x), 0.0, C)
+    return _polish_box(G, C, lam)
+
+
+def _polish_box(G: np.ndarray, C: float, lam: np.ndarray) -> np.ndarray:
+    """Re-solve the soft-margin KKT system on the active set to machine precision (keep lam if that fails)."""
+    low, high = lam <= 1e-7 * C, lam >= (1 - 1e-7) * C
+    free = ~(low | high)
+    polished = np.where(high, C, 0.0)
+    if free.any():
+        rhs = 1.0 - G[np.ix_(free, high)] @ polished[high]
+        polished[free] = np.linalg.lstsq(G[np.ix_(free, free)], rhs, rcond=None)[0]
+    margin = G @ polished
+    tol = POLISH_TOL * max(1.0, np.abs(margin).max())
+    ok = (polished[free].min(initial=0.0) >= 0 and polished[free].max(initial=0.0) <= C
+          and np.abs(margin[free] - 1).max(initial=0.0) <= tol
+          and (margin[low] >= 1 - tol).all() and (margin[high] <= 1 + tol).all())
+    return polished if ok else lam
+
+
+def _norm_objective(rows: _Constraints, C: float):
+    """Paper C's form min ||W||_F + C sum xi, as a second-order cone program in the factor space (y, s, xi):
+    min s + C 1^T xi s.t. ||y|| <= s, B y + xi >= 1, xi >= 0; then W = ||y|| A^T lam (its KKT condition),
+    polished through the "squared" form (see below). Returns (W, lam) with W = ||W|| A^T lam, 0 <= lam <= C."""
+    B = _factor(rows.gram())
+    m = len(B)
+    eye = sparse.identity(m, format="csc")
+    zeros = sparse.csc_matrix((m, 1))
+    A = sparse.vstack([
+        sparse.hstack([-sparse.csc_matrix(B), zeros, -eye]),  # 1 - B y - xi <= 0 ... as b - A x >= 0
+        sparse.hstack([sparse.csc_matrix((m, m)), zeros, -eye]),  # xi >= 0
+        sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, m))]),  # s
+        sparse.hstack([-eye, sparse.csc_matrix((m, 1)), sparse.csc_matrix((m, m))]),  # y
+    ]).tocsc()
+    b = np.concatenate([-np.ones(m), np.zeros(m), np.zeros(1 + m)])
+    q = np.concatenate([np.zeros(m), [1.0], np.full(m, C)])
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = 1e-10
+    settings.max_iter = 500
+    solver = clarabel.DefaultSolver(sparse.csc_matrix((2 * m + 1, 2 * m + 1)), q, A, b,
+                                    [clarabel.NonnegativeConeT(2 * m), clarabel.SecondOrderConeT(1 + m)], settings)
+    solution = solver.solve()
+    if str(solution.status) not in ("Solved", "AlmostSolved"):
+        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on paper C's soft-margin SVM")
+    x, z = np.asarray(solution.x), np.asarray(solution.z)
+    lam = np.clip(z[:m], 0.0, C)
+    W = np.linalg.norm(x[:m]) * rows.combine(lam)
+    # Polish: the solution for C is the (exact, polished) "squared" solution for C' = C ||W||; a fixed point
+    # iteration on C' reaches it to machine precision in one or two steps.
+    G = rows.gram()
+    for _ in range(5):
+        norm = np.linalg.norm(W)
+        if norm == 0:
+            break
+        lam_sq = _box_qp(G, C * norm)
+        W_sq = rows.combine(lam_sq)
+        if not np.isfinite(W_sq).all() or np.linalg.norm(W_sq) == 0:
+            break
+        W, lam = W_sq, lam_sq / np.linalg.norm(W_sq)
+        if abs(C * norm / np.linalg.norm(W) - C) <= 1e-12 * C:
+            break
+    return W, np.clip(lam, 0.0, C)
+
+
+def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, objective: str = "squared",
+            return_multipliers: bool = False):
+    """The causal (or seq2seq) Att-SVM for the selection alpha (default: the optimal tokens), numpy (..., d, d).
+
+    C=None: the hard-margin SVM, min ||W||_F s.t. every margin of `separation_mask` >= 1; raises
+    svm.InfeasibleSVM (`.instances`: the infeasible batch indices) when no W exists.
+    C > 0: the soft-margin SVM with slacks xi >= 0 on the margins (paper C, Definition 4.1), with the objective
+    (1/2)||W||_F^2 + C sum xi ("squared", solved exactly through its dual, a box-constrained QP) or paper C's
+    ||W||_F + C sum xi ("norm", a second-order cone program). Both give the same family of solutions: the "norm"
+    solution for C is the "squared" one for C ||W||_F. Both tend to the hard-margin SVM as C grows, if it exists.
+    return_multipliers: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
+    ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C.
+    """
+    choice(objective, "objective", OBJECTIVES)
+    if C is not None:
+        C = positive_float(C, "C")
+    elif objective != "squared":
+        raise ValueError('objective="norm" is paper C\'s soft-margin form: pass C with it')
+    alpha = _selection(problem, alpha)
+    instances, batch = _constraints(problem, alpha)
+    solutions = []
+    for rows in instances:
+        if C is None:
+            solutions.append(_hard(rows))
+        elif objective == "squared":
+            lam = _box_qp(rows.gram(), C) if len(rows.deltas) else np.zeros(0)
+            solutions.append((rows.combine(lam), lam))
+        else:
+            solutions.append(_norm_objective(rows, C) if len(rows.deltas) else
+                             (np.zeros((problem.d,) * 2), np.zeros(0)))
+    infeasible = [b for b, solution in enumerate(solutions) if solution is None]
+    if infeasible:
+        where = f" for batch instances {infeasible}" if batch else ""
+        raise svm.InfeasibleSVM(
+            f"the causal Att-SVM is infeasible{where}: no W separates every query's selected token from its other "
+            f"candidates (typically the same query token must prefer a over b in one prefix and b over a in "
+            f"another; `preference_cycle` finds such a conflict). Pass C for the soft-margin SVM.", infeasible)
+    W = np.stack([w for w, _ in solutions]).reshape(batch + (problem.d, problem.d))
+    if not return_multipliers:
+        return W
+    lam = np.stack([rows.scatter(l) for rows, (_, l) in zip(instances, solutions)])
+    return W, lam.reshape(batch + (problem.n, problem.K, problem.T))
+
+
+def feasible(problem: SequenceProblem, alpha=None) -> np.ndarray:
+    """Whether the hard-margin causal Att-SVM exists for alpha (default: the optimal tokens): bool (...,)."""
+    instances, batch = _constraints(problem, _selection(problem, alpha))
+    flags = [len(rows.deltas) == 0 or svm._least_distance(_factor(rows.gram())) is not None for rows in instances]
+    return np.array(flags, dtype=bool).reshape(batch)
+
+
+def violations(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
+    """The number of constraint pairs whose margin under W is below one (the slacks xi > 0), shape (...,)."""
+    gaps = margins(problem, W, alpha)
+    return (np.nan_to_num(gaps, nan=np.inf) < 1 - 1e-9).sum((-3, -2, -1))
+
+
+def _shortest_cycle(graph: dict):
+    """The shortest directed cycle [p_0, ..., p_{L-1}] of `graph` {p: {q: ...}} (edges p -> q), or None."""
+    best = None
+    for p in graph:
+        for q in graph[p]:  # the shortest path q -> ... -> p closes a cycle through the edge p -> q
+            parents, frontier = {q: None}, [q]
+            while frontier and p not in parents:
+                frontier = [r for u in frontier for r in graph.get(u, {}) if r not in parents
+                            and parents.setdefault(r, u) == u]
+            if p in parents:
+                path, node = [], p
+                while node is not None:
+                    path.append(node)
+                    node = parents[node]
+                cycle = [p] + path[::-1][:-1]  # p -> q -> ... -> (back to p)
+                if best is None or len(cycle) < len(best):
+                    best = cycle
+    return best
+
+
+def preference_cycle(problem: SequenceProblem, alpha=None):
+    """A short cycle of contradictory constraints of the hard-margin Att-SVM of one problem, or None.
+
+    The constraint of pair (i, k, t) asks the query token a = x_ik to prefer the selected token p = x_{i alpha_ik}
+    to q = x_it by a margin of one: (p - q)^T (W a) >= 1. W a depends only on the query token, so for each
+    distinct query token the constraints form a directed preference graph p -> q over the distinct tokens, and
+    any cycle p_0 -> p_1 -> ... -> p_0 is infeasible (the margins around it sum to zero, not to its length).
+    When the distinct tokens are linearly independent (e.g. at most d random embeddings), the converse holds too:
+    the hard-margin SVM is feasible exactly when no query token's preferences have a cycle.
+
+    Returns the constraints along the shortest cycle found, as a list of (i, k, t) index triples (each: query k of
+    sequence i prefers its selected token to token t), or None when every preference graph is acyclic.
+    """
+    if problem.batch_shape:
+        raise ValueError("preference_cycle takes one problem: index the batch first, e.g. problem[0]")
+    alpha = _selection(problem, alpha)
+    where = separation_mask(problem, alpha)
+    _, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
+    ids = ids.reshape(problem.n, problem.T).tolist()
+    graphs = {}  # query token -> {preferred token: {other token: (i, k, t)}}
+    for i, k, t in where.nonzero().tolist():
+        a, p, q = ids[i][k], ids[i][int(alpha[i, k])], ids[i][t]
+        graphs.setdefault(a, {}).setdefault(p, {}).setdefault(q, (i, k, t))
+    best = None
+    for graph in graphs.values():
+        cycle = _shortest_cycle(graph)
+        if cycle is not None and (best is None or len(cycle) < len(best[1])):
+            best = graph, cycle
+    if best is None:
+        return None
+    graph, cycle = best
+    return [graph[p][q] for p, q in zip(cycle, cycle[1:] + cycle[:1])]

@@ -1,0 +1,466 @@
+"""attnsvm.causal: the synthetic language, the causal / seq2seq model and its exact gradient, gradient descent, and
+the causal Att-SVMs (hard, soft, paper C's form), checked against per-query paper-A problems, autograd, a 50-digit
+reference, independent cvxpy formulations and their KKT conditions."""
+
+import cvxpy as cp
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+import attnsvm.causal as causal
+from attnsvm import data, model, svm, theory, train
+
+
+def _random(shape, seed, scale=1.0):
+    return scale * torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _random_problem(n, T, d, *, seed, causal_=True, batch=(), K=None):
+    """Unit-norm Gaussian tokens (all distinct) and heads, K query positions (default: T)."""
+    K = T if K is None else K
+    X = data.unit_rows(_random(batch + (n, T, d), seed))
+    V = data.unit_rows(_random(batch + (n, K, d), seed + 1))
+    return causal.SequenceProblem(X, V, causal=causal_)
+
+
+def _rel(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+# ------------------------------------------------------------------ the language
+
+def test_synthetic_language_is_a_seeded_sparse_markov_chain():
+    lang = causal.synthetic_language(12, 7, seed=3, successors=4)
+    assert (lang.V, lang.d) == (12, 7)
+    torch.testing.assert_close(lang.embeddings.norm(dim=1), torch.ones(12, dtype=torch.float64))
+    torch.testing.assert_close(lang.transition.sum(1), torch.ones(12, dtype=torch.float64))
+    assert ((lang.transition > 0).sum(1) == 4).all() and float(lang.start.sum()) == pytest.approx(1.0)
+    again = causal.synthetic_language(12, 7, seed=3, successors=4)
+    assert torch.equal(lang.transition, again.transition) and torch.equal(lang.embeddings, again.embeddings)
+    assert not torch.equal(lang.transition, causal.synthetic_language(12, 7, seed=4, successors=4).transition)
+
+
+def test_samples_follow_the_transitions_and_are_reproducible():
+    lang = causal.synthetic_language(10, 5, seed=0)
+    ids, X = lang.sample(50, 6, seed=1)
+    assert ids.shape == (50, 6) and X.shape == (50, 6, 5) and ids.dtype == torch.int64
+    assert torch.equal(X, lang.embeddings[ids])
+    assert (lang.transition[ids[:, :-1], ids[:, 1:]] > 0).all()  # every step is a possible transition
+    assert torch.equal(lang.sample(50, 6, seed=1)[0], ids) and not torch.equal(lang.sample(50, 6, seed=2)[0], ids)
+
+
+def test_next_token_problems_batch_one_language_per_seed():
+    problem, ids = causal.next_token_problems(4, 5, 8, V=6, seeds=[2, 7])
+    assert problem.batch_shape == (2,) and (problem.n, problem.T, problem.K, problem.d) == (4, 5, 4, 8)
+    for b, seed in enumerate([2, 7]):
+        expected_ids, X = causal.synthetic_language(6, 8, seed=seed).sample(4, 5, seed=seed)
+        assert torch.equal(ids[b], expected_ids) and torch.equal(problem.X[b], X)
+    assert torch.equal(problem.V, problem.X[..., 1:, :]) and problem.causal
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: causal.synthetic_language(5, 3, seed=0, successors=6), "successors"),
+    (lambda: causal.synthetic_language(1, 3, seed=0), "V"),
+    (lambda: causal.next_token_problems(2, 3, 4, seeds=[]), "seeds"),
+    (lambda: causal.next_token_problem(torch.zeros(2, 1, 3)), "T >= 2"),
+    (lambda: causal.SequenceProblem(torch.zeros(2, 3, 4), torch.zeros(2, 4, 4)), "between 1 and T"),
+    (lambda: causal.SequenceProblem(torch.zeros(2, 3, 4), torch.zeros(2, 3, 5)), "V must have shape"),
+    (lambda: causal.SequenceProblem(torch.zeros(3, 4), torch.zeros(3, 4)), "X must have shape"),
+    (lambda: causal.SequenceProblem(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4), causal=1), "causal must be"),
+])
+def test_invalid_arguments_raise_clear_errors(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()
+
+
+# ------------------------------------------------------------------ candidates, scores, optimal tokens
+
+def test_candidates_scores_and_repr():
+    problem = _random_problem(2, 4, 3, seed=0, K=3)
+    assert torch.equal(causal.candidates(problem), torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]]).bool())
+    gamma = causal.scores(problem)
+    assert gamma.shape == (2, 3, 4) and torch.isneginf(gamma[:, 0, 1:]).all()
+    torch.testing.assert_close(gamma[1, 2, :3], problem.X[1, :3] @ problem.V[1, 2])
+    seq2seq = causal.SequenceProblem(problem.X, problem.V, causal=False)
+    assert causal.candidates(seq2seq).all() and torch.isfinite(causal.scores(seq2seq)).all()
+    assert "causal" in repr(problem) and "seq2seq" in repr(seq2seq)
+
+
+def test_optimal_token_among_copies_is_the_latest_and_copies_are_not_separated():
+    e = torch.eye(3, dtype=torch.float64)
+    X = torch.stack([e[0], e[1], e[0], e[2]])[None]  # tokens a b a c
+    problem = causal.SequenceProblem(X, torch.stack([e[1], e[0], e[0], e[0]])[None])
+    opt = causal.optimal_tokens(problem)
+    assert opt.tolist() == [[0, 0, 2, 2]]  # queries 1-3 want token a: its latest copy among their candidates
+    mask = causal.separation_mask(problem)
+    assert mask[0, 3].tolist() == [False, True, False, True]  # b and c, not the two copies of a
+    assert mask[0, 0].tolist() == [False] * 4  # the first query has nothing to separate
+
+
+def test_alpha_after_the_query_is_rejected_for_causal_attention():
+    problem = _random_problem(2, 3, 4, seed=0)
+    with pytest.raises(ValueError, match="after its query"):
+        causal.separation_mask(problem, torch.full((2, 3), 2))
+    seq2seq = causal.SequenceProblem(problem.X, problem.V, causal=False)
+    assert causal.separation_mask(seq2seq, torch.full((2, 3), 2)).sum() == 2 * 3 * 2
+
+
+# ------------------------------------------------------------------ the model, query by query
+
+def _per_query(problem, W, fn):
+    """fn(Problem, W) for every query (i, k) as paper A's model: its candidates, its head, label +1."""
+    mask = causal.candidates(problem)
+    out = []
+    for i in range(problem.n):
+        for k in range(problem.K):
+            c = mask[k].nonzero()[:, 0]
+            single = data.Problem(problem.X[i, c][None], torch.ones(1), problem.X[i, k][None], problem.V[i, k])
+            out.append(fn(single, W))
+    return out
+
+
+@pytest.mark.parametrize("causal_", [True, False])
+def test_each_query_is_paper_A_model_with_its_own_head(causal_):
+    problem = _random_problem(3, 5, 4, seed=2, causal_=causal_, K=4)
+    W = _random((4, 4), seed=3)
+    f = causal.outputs(problem, W).reshape(-1)
+    expected = torch.cat(_per_query(problem, W, model.outputs))
+    torch.testing.assert_close(f, expected, rtol=1e-13, atol=1e-15)
+    risk = torch.stack(_per_query(problem, W, model.loss)).mean()
+    torch.testing.assert_close(causal.loss(problem, W), risk, rtol=1e-13, atol=0)
+    s = causal.attention(problem, W)
+    assert (s[..., ~causal.candidates(problem)] == 0).all()
+    torch.testing.assert_close(s.sum(-1), torch.ones(3, 4, dtype=torch.float64))
+
+
+def test_batched_problems_and_W_broadcast():
+    problem = _random_problem(2, 4, 3, seed=4, batch=(3,))
+    W = _random((3, 3, 3), seed=5)
+    one = causal.loss(problem, W[0])  # one W for every problem
+    each = causal.loss(problem, W)
+    assert one.shape == each.shape == (3,)
+    for b in range(3):
+        torch.testing.assert_close(each[b], causal.loss(problem[b], W[b]))
+        torch.testing.assert_close(one[b], causal.loss(problem[b], W[0]))
+    with pytest.raises(ValueError, match="batch shape"):
+        causal.loss(problem, W[:2])
+    with pytest.raises(ValueError, match="loss"):
+        causal.loss(problem, W, "hinge")
+
+
+# ------------------------------------------------------------------ the gradient
+
+def _autograd(problem, W, kind="logistic"):
+    """dL_b/dW for every problem b of the batch (one W for all, or one per problem)."""
+    if W.ndim == 2 and problem.batch_shape:
+        return torch.stack([_autograd(problem[b], W, kind) for b in range(problem.batch_shape[0])])
+    W = W.clone().requires_grad_(True)
+    causal.loss(problem, W, kind).sum().backward()
+    return W.grad
+
+
+@pytest.mark.parametrize("kind", ["logistic", "exponential", "linear"])
+@pytest.mark.parametrize("causal_", [True, False])
+def test_gradient_equals_autograd_when_not_saturated(kind, causal_):
+    problem = _random_problem(3, 5, 4, seed=6, causal_=causal_, batch=(2,), K=4)
+    for W in (_random((2, 4, 4), seed=7), _random((4, 4), seed=8)):
+        G = causal.loss_gradient(problem, W, kind)
+        assert G.shape == (2, 4, 4)
+        assert _rel(G, _autograd(problem, W, kind)) < 1e-12
+
+
+def test_gradient_is_the_mean_of_the_per_query_gradients():
+    problem = _random_problem(3, 5, 4, seed=9, K=4)
+    W = _random((4, 4), seed=10)
+    # the first causal query has one candidate and gradient 0 (train.loss_gradient is NaN for T = 1)
+    per_query = [G if k > 0 else torch.zeros(4, 4) for G, (i, k) in
+                 zip(_per_query(problem, W, train.loss_gradient), np.ndindex(3, 4))]
+    per_query = torch.stack(per_query).mean(0)
+    assert _rel(causal.loss_gradient(problem, W), per_query) < 1e-12
+
+
+def _mp_gradient(problem, W):
+    """dL/dW of the logistic risk in 50-digit arithmetic (inputs taken as exact), query by query."""
+    X, V, W = (np.asarray(a, dtype=np.float64) for a in (problem.X, problem.V, W))
+    n, T, d = X.shape
+    K = V.shape[1]
+    mpf = mpmath.mpf
+    G = [[mpf(0)] * d for _ in range(d)]
+    mask = causal.candidates(problem).numpy()
+    for i in range(n):
+        for k in range(K):
+            c = np.flatnonzero(mask[k])
+            z = [mpf(x) for x in X[i, k]]
+            Wz = [mpmath.fsum(mpf(W[a, b]) * z[b] for b in range(d)) for a in range(d)]
+            logit = [mpmath.fsum(mpf(X[i, t, a]) * Wz[a] for a in range(d)) for t in c]
+            u = [mpmath.fsum(mpf(X[i, t, a]) * mpf(V[i, k, a]) for a in range(d)) for t in c]
+            top = max(logit)
+            w = [mpmath.exp(l - top) for l in logit]
+            s = [x / mpmath.fsum(w) for x in w]
+            f = mpmath.fsum(a * b for a, b in zip(s, u))
+            slope = -1 / (1 + mpmath.exp(f))
+            for j, t in enumerate(c):
+                coef = slope * s[j] * (u[j] - f) / (n * K)
+                for a in range(d):
+                    for b in range(d):
+                        G[a][b] += coef * mpf(X[i, t, a]) * z[b]
+    return np.array([[float(G[a][b]) for b in range(d)] for a in range(d)])
+
+
+def test_gradient_is_accurate_when_softmax_saturates():
+    """At 60 W^mm every non-selected probability is below e^-60: autograd loses the selected token's term, the
+    log-space gradient does not, and its direction stays exact even where exp(log_scale) would underflow."""
+    problem = _random_problem(2, 4, 3, seed=11)
+    W_mm = torch.as_tensor(causal.att_svm(problem))
+    W = 60.0 * W_mm
+    with mpmath.workdps(60):
+        reference = _mp_gradient(problem, W)
+    assert 0 < np.abs(reference).max() < 1e-22
+    assert _rel(causal.loss_gradient(problem, W), reference) < 1e-8
+    assert _rel(_autograd(problem, W), reference) > 1e-3
+    far = causal.weight_gradient(problem, 2000.0 * W_mm)  # exp(log_scale) underflows: the direction does not
+    assert far.log_scale < -1000 and torch.isfinite(far.direction).all() and far.direction.abs().max() > 0
+    assert theory.correlation(causal.weight_gradient(problem, 1000.0 * W_mm).direction, far.direction) > 0.999
+
+
+def test_logit_direction_is_zero_off_the_candidates_and_for_the_first_causal_query():
+    problem = _random_problem(2, 4, 3, seed=12)
+    grad = causal.weight_gradient(problem, _random((3, 3), seed=13))
+    assert grad.logit_direction.shape == (2, 4, 4)
+    assert (grad.logit_direction[..., ~causal.candidates(problem)] == 0).all()
+    assert (grad.logit_direction[:, 0] == 0).all()
+    torch.testing.assert_close(grad.logit_direction.sum(-1), torch.zeros(2, 4, dtype=torch.float64), atol=1e-15,
+                               rtol=0)  # softmax: the logit gradient of each query sums to zero
+
+
+# ------------------------------------------------------------------ gradient descent
+
+def test_normalized_gd_moves_lr_per_step_and_records():
+    problem = _random_problem(3, 4, 5, seed=14, batch=(2,))
+    traj = causal.gd(problem, steps=25, lr=0.2, record_every=10)
+    np.testing.assert_array_equal(traj.steps, [0, 10, 20, 25])
+    assert traj.W.shape == (4, 2, 5, 5) and traj.probs.shape == (4, 2, 3, 4, 4) and traj.loss.shape == (4, 2)
+    every = causal.gd(problem, steps=5, lr=0.2)
+    moves = (every.W[1:] - every.W[:-1]).norm(dim=(-2, -1))
+    torch.testing.assert_close(moves, torch.full_like(moves, 0.2), rtol=1e-12, atol=0)
+    torch.testing.assert_close(traj.probs[-1], causal.attention(problem, traj.W[-1]))
+    torch.testing.assert_close(traj.loss[-1], causal.loss(problem, traj.W[-1]))
+    assert (traj.loss[-1] < traj.loss[0]).all()
+    assert torch.equal(causal.gd(problem, steps=25, lr=0.2, record_every=10).W, traj.W)  # deterministic
+
+
+def test_plain_gd_step_is_minus_lr_gradient_and_init_options():
+    problem = _random_problem(3, 4, 5, seed=15, causal_=False)
+    W0 = _random((5, 5), seed=16, scale=0.3)
+    traj = causal.gd(problem, steps=2, lr=3.0, normalized=False, init=W0, loss="exponential")
+    torch.testing.assert_close(traj.W[0], W0, rtol=0, atol=0)
+    for k in range(2):
+        expected = traj.W[k] - 3.0 * causal.loss_gradient(problem, traj.W[k], "exponential")
+        torch.testing.assert_close(traj.W[k + 1], expected, rtol=0, atol=1e-15)
+    assert (causal.gd(problem, steps=0, lr=1.0, init="zeros").W == 0).all()
+    uniform = causal.gd(problem, steps=0, lr=1.0, seed=4).W[0]
+    torch.testing.assert_close(uniform, train.uniform_init((5, 5), seed=4))
+    with pytest.raises(ValueError, match="init"):
+        causal.gd(problem, steps=1, lr=1.0, init=torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="init"):
+        causal.gd(problem, steps=1, lr=1.0, init="gaussian")
+
+
+def test_gd_converges_to_the_att_svm_of_the_tokens_it_selects():
+    problem = _random_problem(3, 5, 8, seed=17, batch=(3,))
+    traj = causal.gd(problem, steps=1000, lr=0.3, record_every=1000)
+    alpha = traj.selection()
+    assert causal.feasible(problem, alpha).all()
+    assert theory.correlation(traj.W[-1], causal.att_svm(problem, alpha)).min() > 0.99
+
+
+# ------------------------------------------------------------------ the Att-SVMs
+
+def _rows(problem, alpha):
+    """Constraint rows kron(x_alpha - x_t, x_k) and their (i, k, t), straight from the definition."""
+    X, a = problem.X.numpy(), np.asarray(alpha)
+    mask = causal.candidates(problem).numpy()
+    rows, where = [], []
+    for i in range(problem.n):
+        for k in range(problem.K):
+            for t in np.flatnonzero(mask[k]):
+                if not np.array_equal(X[i, t], X[i, a[i, k]]):
+                    rows.append(np.outer(X[i, a[i, k]] - X[i, t], X[i, k]).ravel())
+                    where.append((i, k, t))
+    return np.array(rows), where
+
+
+def _cvx(problem, alpha, C=None, objective="squared"):
+    """The SVMs in the primal, over the full W, with cvxpy and Clarabel (an independent formulation)."""
+    A, _ = _rows(problem, alpha)
+    d = problem.d
+    W = cp.Variable((d, d))
+    margins = A @ cp.vec(W, order="C")
+    if C is None:
+        prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W)), [margins >= 1])
+    else:
+        xi = cp.Variable(len(A), nonneg=True)
+        norm = 0.5 * cp.sum_squares(W) if objective == "squared" else cp.norm(W, "fro")
+        prob = cp.Problem(cp.Minimize(norm + C * cp.sum(xi)), [margins >= 1 - xi])
+    tol = 1e-11 if objective == "squared" else 1e-9  # tighter fails on the second-order cone
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+    assert prob.status == cp.OPTIMAL
+    return W.value
+
+
+def _check_kkt(problem, alpha, W, lam, C=None, tol=1e-9):
+    """0 <= lam (<= C), lam = 0 off the constraints, W = sum lam A, complementary slackness."""
+    A, where = _rows(problem, alpha)
+    values = np.array([lam[w] for w in where])
+    assert lam.sum() == pytest.approx(values.sum(), abs=1e-12)  # nothing off the constraints
+    assert (values >= 0).all() and (C is None or (values <= C).all())
+    np.testing.assert_allclose(W.ravel(), A.T @ values, atol=tol * max(1.0, np.abs(W).max()))
+    margin = A @ W.ravel()
+    gaps = causal.margins(problem, W, alpha)
+    np.testing.assert_allclose(np.array([gaps[w] for w in where]), margin, atol=1e-10)
+    if C is None:
+        assert margin.min() >= 1 - 1e-10
+        assert np.abs(values * (margin - 1)).max() <= tol * max(1.0, values.max())
+    else:
+        assert (margin[values < C * (1 - 1e-6)] >= 1 - 1e-7).all()  # lam < C: no slack
+        assert (margin[values > 1e-9 * C] <= 1 + 1e-7).all()  # lam > 0: on or inside the margin
+
+
+@pytest.mark.parametrize("causal_", [True, False])
+def test_hard_margin_kkt_and_cvxpy(causal_):
+    problem = _random_problem(3, 4, 5, seed=18, causal_=causal_)
+    alpha = causal.optimal_tokens(problem)
+    W, lam = causal.att_svm(problem, return_multipliers=True)
+    assert W.shape == (5, 5) and lam.shape == (3, 4, 4)
+    _check_kkt(problem, alpha, W, lam)
+    np.testing.assert_allclose(W, _cvx(problem, alpha), atol=1e-6)
+    assert causal.feasible(problem) and causal.violations(problem, W) == 0
+    assert causal.preference_cycle(problem) is None
+
+
+@pytest.mark.parametrize("C", [0.1, 10.0])
+def test_soft_margin_kkt_and_cvxpy_on_language_data(C):
+    problems, _ = causal.next_token_problems(6, 5, 8, V=6, seeds=[0, 1])
+    assert not causal.feasible(problems).any()  # conflicting preferences: no hard margin
+    W, lam = causal.att_svm(problems, C=C, return_multipliers=True)
+    assert W.shape == (2, 8, 8) and lam.shape == (2, 6, 4, 5)
+    for b in range(2):
+        alpha = causal.optimal_tokens(problems[b])
+        _check_kkt(problems[b], alpha, W[b], lam[b], C=C)
+        np.testing.assert_allclose(W[b], _cvx(problems[b], alpha, C), atol=1e-6)
+    assert (causal.violations(problems, W) > 0).all()
+
+
+def test_paper_C_form_matches_cvxpy_and_equals_the_squared_form_at_C_norm():
+    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[3])[0][0]
+    alpha = causal.optimal_tokens(problem)
+    W_c, lam = causal.att_svm(problem, C=2.0, objective="norm", return_multipliers=True)
+    np.testing.assert_allclose(W_c, _cvx(problem, alpha, 2.0, "norm"), atol=2e-5)  # cvxpy: about 1e-5
+    assert (lam >= 0).all() and (lam <= 2.0).all()
+    W_sq = causal.att_svm(problem, C=2.0 * np.linalg.norm(W_c))
+    np.testing.assert_allclose(W_sq, W_c, atol=1e-6)
+
+
+def test_soft_margin_tends_to_the_hard_margin_as_C_grows():
+    problem = _random_problem(3, 4, 5, seed=19)
+    W_hard = causal.att_svm(problem)
+    for C, tol in [(1e2, 1e-6), (1e4, 1e-8)]:
+        np.testing.assert_allclose(causal.att_svm(problem, C=C), W_hard, atol=tol)
+    assert causal.violations(problem, causal.att_svm(problem, C=1e-3)).sum() > 0
+
+
+def test_selection_option_and_errors():
+    problem = _random_problem(3, 4, 5, seed=20, batch=(2,))
+    alpha = torch.zeros(2, 3, 4, dtype=torch.int64)  # every query selects the first token
+    W, lam = causal.att_svm(problem, alpha, return_multipliers=True)
+    for b in range(2):
+        _check_kkt(problem[b], alpha[b], W[b], lam[b])
+    with pytest.raises(ValueError, match="pass C"):
+        causal.att_svm(problem, objective="norm")
+    with pytest.raises(ValueError, match="objective"):
+        causal.att_svm(problem, C=1.0, objective="hinge")
+    with pytest.raises(ValueError, match="C must"):
+        causal.att_svm(problem, C=0.0)
+    with pytest.raises(ValueError, match="alpha must have shape"):
+        causal.att_svm(problem, torch.zeros(3, 4, dtype=torch.int64))
+
+
+def test_a_two_cycle_is_infeasible_and_reported():
+    a, b, c = torch.eye(3, dtype=torch.float64)
+    # two sequences "b a": the query a must prefer a to b when the next token is a (sequence 0) and b to a when
+    # it is b (sequence 1); the first query of each has a single candidate and no constraint
+    X = torch.stack([torch.stack([b, a]), torch.stack([b, a])])
+    V = torch.stack([torch.stack([c, a]), torch.stack([c, b])])
+    problem = causal.SequenceProblem(X, V)
+    assert not causal.feasible(problem)
+    with pytest.raises(svm.InfeasibleSVM, match="preference_cycle"):
+        causal.att_svm(problem)
+    cycle = causal.preference_cycle(problem)
+    assert sorted(cycle) == [(0, 1, 0), (1, 1, 1)]
+    W = causal.att_svm(problem, C=10.0)
+    assert causal.violations(problem, W) >= 1
+    with pytest.raises(ValueError, match="one problem"):
+        causal.preference_cycle(causal.SequenceProblem(X[None], V[None]))
+
+
+def test_infeasibility_is_a_preference_cycle_on_language_data():
+    """With at most d distinct tokens (independent embeddings), feasible exactly when no cycle exists."""
+    problems, _ = causal.next_token_problems(4, 5, 12, V=10, seeds=range(30))
+    flags = causal.feasible(problems)
+    assert 0 < flags.sum() < 30
+    for b in range(30):
+        cycle = causal.preference_cycle(problems[b])
+        assert (cycle is None) == flags[b]
+        if cycle is not None:  # the margins around a cycle sum to zero for every W
+            W = _random((12, 12), seed=b)
+            gaps = causal.margins(problems[b], W)
+            assert abs(sum(gaps[c] for c in cycle)) < 1e-12
+    with pytest.raises(svm.InfeasibleSVM) as err:
+        causal.att_svm(problems[:5])
+    assert list(err.value.instances) == [b for b in range(5) if not flags[b]]
+
+
+def test_margins_are_nan_off_the_constraints():
+    problem = _random_problem(2, 4, 3, seed=21)
+    W = _random((3, 3), seed=22)
+    gaps = causal.margins(problem, W)
+    mask = causal.separation_mask(problem).numpy()
+    assert np.isnan(gaps[~mask]).all() and np.isfinite(gaps[mask]).all()
+    logits = causal.logits(problem, W).numpy()
+    alpha = causal.optimal_tokens(problem).numpy()
+    i, k, t = np.nonzero(mask)
+    np.testing.assert_allclose(gaps[i, k, t], logits[i, k, alpha[i, k]] - logits[i, k, t], rtol=1e-12)
+
+
+def _paper_C_objective(problem, W, C):
+    gaps = causal.margins(problem, W)
+    return np.linalg.norm(W) + C * np.maximum(0.0, 1.0 - gaps[~np.isnan(gaps)]).sum()
+
+
+def test_paper_C_form_is_optimal_kkt():
+    """Its KKT conditions: W / ||W|| = sum lam A with 0 <= lam <= C and complementary slackness; and no lower
+    objective than cvxpy's."""
+    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[4])[0][0]
+    alpha = causal.optimal_tokens(problem)
+    C = 0.5
+    W, lam = causal.att_svm(problem, C=C, objective="norm", return_multipliers=True)
+    A, where = _rows(problem, alpha)
+    values = np.array([lam[w] for w in where])
+    assert (values >= 0).all() and (values <= C).all() and lam.sum() == pytest.approx(values.sum(), abs=1e-12)
+    np.testing.assert_allclose((W / np.linalg.norm(W)).ravel(), A.T @ values, atol=1e-9)  # stationarity
+    margin = A @ W.ravel()
+    assert (margin[values < C * (1 - 1e-6)] >= 1 - 1e-7).all() and (margin[values > 1e-9] <= 1 + 1e-7).all()
+    assert 0 < (values == C).sum() < len(values)  # some slack, not everywhere
+    assert _paper_C_objective(problem, W, C) <= _paper_C_objective(problem, _cvx(problem, alpha, C, "norm"), C) + 1e-12
+
+
+def test_random_problem_is_seeded_and_batched():
+    problem = causal.random_problem(3, 4, 5, seed=1, batch=2, causal=False)
+    assert problem.batch_shape == (2,) and (problem.n, problem.T, problem.K, problem.d) == (3, 4, 4, 5)
+    assert not problem.causal
+    torch.testing.assert_close(problem.V.norm(dim=-1), torch.ones(2, 3, 4, dtype=torch.float64))
+    assert torch.equal(causal.random_problem(3, 4, 5, seed=1, batch=2).X, problem.X)
+    with pytest.raises(IndexError):
+        causal.random_problem(3, 4, 5, seed=1)[0]
