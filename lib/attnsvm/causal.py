@@ -6,18 +6,28 @@ sequence i is the token x_ik; it attends to the tokens t <= k of its prefix (cau
     logit_ikt = x_it^T W x_ik,   s_ik = softmax over the candidates t,   f_ik = sum_t s_ikt gamma_ikt,
     gamma_ikt = v_ik^T x_it (the token score),   L(W) = mean over (i, k) of l(f_ik)      (labels +1).
 
-For next-token prediction (`next_token_problem`) the head of query k is the embedding of the true next token,
-v_ik = x_{i,k+1} (tied embeddings), so a prefix token scores high when it equals or resembles the next token.
-Each query is paper A's model with one sequence, its own head and label +1, so the exact log-space gradient of
-`gradients.logit_gradient` applies query by query; `weight_gradient` combines all queries in log space.
+Data: `synthetic_language` (a seeded first-order Markov language with explicit next-token probabilities) and
+`next_token_problems` (sentences sampled from it, one problem per seed); `next_token_problem` makes any X a
+next-token problem, with the head of query k the embedding of the true next token, v_ik = x_{i,k+1} (tied
+embeddings), so a prefix token scores high when it equals or resembles the next token; `random_problem` is
+the papers' random instance with every token a query. `candidates`, `scores` and `optimal_tokens` give the
+tokens each query may attend to, their scores and the best one.
 
-The causal Att-SVM separates, for every query, the selected token alpha_ik from each other candidate t:
+Model: `logits`, `attention`, `outputs`, `loss`. Each query is paper A's model with one sequence, its own head
+and label +1, so the exact log-space gradient of `gradients.logit_gradient` applies query by query;
+`weight_gradient` (and `loss_gradient`) combine all queries in log space, and `gd` runs gradient descent.
+
+The causal Att-SVM (`att_svm`) separates, for every query, the selected token alpha_ik from each other candidate:
 
     min ||W||_F  s.t.  (x_{i alpha_ik} - x_it)^T W x_ik >= 1  for every (i, k) and candidate t != alpha_ik,
 
 except the candidates t that are copies of the selected token (x_it = x_{i alpha_ik}): their logit equals the
-selected token's for every W, so no W can separate them; they are left out. Its soft-margin version (paper C,
-Definition 4.1) adds slacks xi >= 0 to the constraints and C sum xi to the objective.
+selected token's for every W, so no W can separate them; they are left out (`separation_mask`). Its
+soft-margin version (paper C, Definition 4.1) adds slacks xi >= 0 to the constraints and C sum xi to the
+objective. On language data the hard margin is often infeasible (`feasible`): one query token must prefer a to
+b in one prefix and b to a in another. `preference_cycle` finds such a cycle, `conflicts` marks every
+constraint on one, `max_positive_margins` counts the constraints one W can satisfy at best, and `margins` and
+`violations` measure a given W.
 
 Conventions: indices start at 0 (query k = 0 is the first token); the optimal token is argmax_t gamma_ikt, ties
 (exact copies of one token) broken towards the latest occurrence; `margins` and the multipliers are NaN/0 off
@@ -37,10 +47,10 @@ from scipy import sparse
 
 from . import svm
 from .checks import as_index, as_tensor, choice, positive_float, positive_int, require_shape
-from .data import Problem, unit_rows
+from .data import Problem, Sequences, unit_rows
 from .gradients import logit_gradient
 from .initial import uniform_init
-from .model import LOSSES
+from .model import LOSSES, weights
 from .train import Trajectory
 
 OBJECTIVES = ("squared", "norm")  # (1/2)||W||_F^2 + C sum xi (default), or paper C's ||W||_F + C sum xi
@@ -70,29 +80,34 @@ class Language:
         return self.embeddings.shape[1]
 
     def sample(self, n: int, T: int, *, seed: int):
-        """n sequences of T tokens: (ids (n, T) int64, X (n, T, d) their embeddings)."""
+        """n sequences of T tokens: (ids (n, T) int64, X (n, T, d) their embeddings).
+
+        Sequence i is drawn from its own T uniform numbers (inverse CDF), so the first n sequences sampled with
+        a seed are the same for every larger n."""
         n, T = positive_int(n, "n"), positive_int(T, "T")
-        gen = torch.Generator().manual_seed(int(seed))
+        u = torch.rand(n, T, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64)
         ids = torch.empty(n, T, dtype=torch.int64)
-        ids[:, 0] = torch.multinomial(self.start, n, replacement=True, generator=gen)
-        for t in range(1, T):
-            ids[:, t] = torch.multinomial(self.transition[ids[:, t - 1]], 1, generator=gen)[:, 0]
+        for t in range(T):
+            cdf = (self.start.expand(n, -1) if t == 0 else self.transition[ids[:, t - 1]]).cumsum(1)
+            # u scaled by the row's total (1 up to round-off) falls before the last positive-probability token
+            ids[:, t] = torch.searchsorted(cdf, u[:, t, None] * cdf[:, -1:], right=True)[:, 0]
         return ids, self.embeddings[ids]
 
 
 def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Language:
-    """A random language: unit-norm Gaussian embeddings, a uniform first token, and for every token
-    `successors` likely next tokens (drawn without replacement) with Dirichlet(1) probabilities."""
+    """A random language: a uniform first token, for every token `successors` possible next tokens (drawn
+    without replacement) with Dirichlet(1) probabilities, and unit-norm Gaussian embeddings. The transitions
+    are drawn first, so one seed gives the same language (the same token sequences) for every d."""
     V, d = positive_int(V, "V", minimum=2), positive_int(d, "d")
     successors = positive_int(successors, "successors")
     if successors > V:
         raise ValueError(f"successors must be at most V={V} (each token has that many possible next tokens), "
                          f"got {successors}")
     gen = torch.Generator().manual_seed(int(seed))
-    embeddings = unit_rows(torch.randn(V, d, generator=gen, dtype=torch.float64))
     nxt = torch.rand(V, V, generator=gen).argsort(dim=1)[:, :successors]  # a random subset per token
     weights = -torch.log(torch.rand(V, successors, generator=gen, dtype=torch.float64))  # Dirichlet(1)
     transition = torch.zeros(V, V, dtype=torch.float64).scatter_(1, nxt, weights / weights.sum(1, keepdim=True))
+    embeddings = unit_rows(torch.randn(V, d, generator=gen, dtype=torch.float64))
     return Language(embeddings, torch.full((V,), 1.0 / V, dtype=torch.float64), transition)
 
 
@@ -111,7 +126,7 @@ def next_token_problems(n: int, T: int, d: int, *, V: int = 20, successors: int 
 # ------------------------------------------------------------------ the problem
 
 @dataclass(frozen=True, init=False)
-class SequenceProblem:
+class SequenceProblem(Sequences):
     """n sequences X (..., n, T, d) whose tokens k < K are queries, each with its own head V (..., n, K, d).
 
     causal=True: query k attends to the tokens t <= k (K <= T); causal=False (sequence-to-sequence): to all T.
@@ -138,24 +153,8 @@ class SequenceProblem:
             object.__setattr__(self, name, value)
 
     @property
-    def batch_shape(self) -> tuple:
-        return tuple(self.X.shape[:-3])
-
-    @property
-    def n(self) -> int:
-        return self.X.shape[-3]
-
-    @property
-    def T(self) -> int:
-        return self.X.shape[-2]
-
-    @property
     def K(self) -> int:
         return self.V.shape[-2]
-
-    @property
-    def d(self) -> int:
-        return self.X.shape[-1]
 
     @property
     def queries(self) -> torch.Tensor:
@@ -248,19 +247,6 @@ def separation_mask(problem: SequenceProblem, alpha=None) -> torch.Tensor:
 
 # ------------------------------------------------------------------ the model and its loss
 
-def _W(problem: SequenceProblem, W) -> torch.Tensor:
-    W = as_tensor(W, "W", device=problem.X.device)
-    d = problem.d
-    if W.ndim < 2 or W.shape[-2:] != (d, d):
-        raise ValueError(f"W must have shape (..., {d}, {d}) (the key-query matrix), got {tuple(W.shape)}")
-    try:
-        torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
-    except RuntimeError as err:
-        raise ValueError(f"W's batch shape {tuple(W.shape[:-2])} does not match the problem's "
-                         f"{problem.batch_shape}: pass one W (d, d) or one per problem") from err
-    return W
-
-
 def _flat(tensor: torch.Tensor, batch: tuple, tail: tuple) -> torch.Tensor:
     """`tensor` broadcast to batch + tail and flattened to (B, *tail) (B = prod(batch), at least 1)."""
     return tensor.expand(batch + tail).reshape((-1,) + tail)
@@ -278,7 +264,7 @@ def _raw_logits(problem: SequenceProblem, W: torch.Tensor) -> torch.Tensor:
 
 def logits(problem: SequenceProblem, W) -> torch.Tensor:
     """Attention logits x_it^T W x_ik, shape (..., n, K, T), -inf where t is not a candidate of query k."""
-    return _raw_logits(problem, _W(problem, W)).masked_fill(~candidates(problem), -torch.inf)
+    return _raw_logits(problem, weights(problem, W)).masked_fill(~candidates(problem), -torch.inf)
 
 
 def attention(problem: SequenceProblem, W) -> torch.Tensor:
@@ -358,7 +344,7 @@ def weight_gradient(problem: SequenceProblem, W, kind: str = "logistic") -> Weig
     contribution underflows before the sum: dL/dW = exp(M) / (n K) * sum_ikt g_ikt x_it x_ik^T.
     """
     choice(kind, "loss", tuple(LOSSES))
-    W = _W(problem, W)
+    W = weights(problem, W)
     return _Plan(problem, W.shape[:-2]).gradient(W, kind)
 
 
@@ -417,7 +403,7 @@ def margins(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
     """(x_{i alpha_ik} - x_it)^T W x_ik for the constraint pairs of `separation_mask`, NaN elsewhere:
     shape (..., n, K, T) (default alpha: the optimal tokens)."""
     alpha = _selection(problem, alpha)
-    raw = _raw_logits(problem, _W(problem, W))
+    raw = _raw_logits(problem, weights(problem, W))
     gaps = raw.gather(-1, alpha[..., None].expand(raw.shape[:-1] + (1,))) - raw
     return gaps.masked_fill(~separation_mask(problem, alpha), torch.nan).cpu().numpy()
 
@@ -519,18 +505,23 @@ def _polish_box(G: np.ndarray, C: float, lam: np.ndarray) -> np.ndarray:
 
 
 def _norm_objective(rows: _Constraints, C: float):
-    """Paper C's form min ||W||_F + C sum xi, as a second-order cone program in the factor space (y, s, xi):
-    min s + C 1^T xi s.t. ||y|| <= s, B y + xi >= 1, xi >= 0; then W = ||y|| A^T lam (its KKT condition),
-    polished through the "squared" form (see below). Returns (W, lam) with W = ||W|| A^T lam, 0 <= lam <= C."""
+    """Paper C's form min ||W||_F + C sum xi. Returns (W, lam) with W = ||W||_F A^T lam and 0 <= lam <= C.
+
+    Solved as a second-order cone program in the factor space B (B B^T = G, so ||W||_F = ||y||): variables
+    (y, s, xi), min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s. Then polished: its KKT conditions,
+    W / ||W|| = A^T lam with 0 <= lam <= C, are those of the "squared" form for C' = C ||W|| (with multipliers
+    ||W|| lam), so W is the exact `_box_qp` solution for C' = C ||W||. A fixed-point iteration on ||W|| reaches
+    it in one or two steps; if it has not converged after five, the cone program's solution is returned.
+    """
     B = _factor(rows.gram())
     m = len(B)
-    eye = sparse.identity(m, format="csc")
-    zeros = sparse.csc_matrix((m, 1))
+    eye, zero_m, zero_1 = sparse.identity(m, format="csc"), sparse.csc_matrix((m, m)), sparse.csc_matrix((m, 1))
+    # Clarabel's form: A x + slack = b with the slack in the cones; x = (y, s, xi)
     A = sparse.vstack([
-        sparse.hstack([-sparse.csc_matrix(B), zeros, -eye]),  # 1 - B y - xi <= 0 ... as b - A x >= 0
-        sparse.hstack([sparse.csc_matrix((m, m)), zeros, -eye]),  # xi >= 0
-        sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, m))]),  # s
-        sparse.hstack([-eye, sparse.csc_matrix((m, 1)), sparse.csc_matrix((m, m))]),  # y
+        sparse.hstack([-sparse.csc_matrix(B), zero_1, -eye]),  # slack = B y + xi - 1 >= 0
+        sparse.hstack([zero_m, zero_1, -eye]),  # slack = xi >= 0
+        sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, m))]),  # (s, y) in
+        sparse.hstack([-eye, zero_1, zero_m]),  # the second-order cone: ||y|| <= s
     ]).tocsc()
     b = np.concatenate([-np.ones(m), np.zeros(m), np.zeros(1 + m)])
     q = np.concatenate([np.zeros(m), [1.0], np.full(m, C)])
@@ -543,24 +534,17 @@ def _norm_objective(rows: _Constraints, C: float):
     solution = solver.solve()
     if str(solution.status) not in ("Solved", "AlmostSolved"):
         raise svm.SolverError(f"Clarabel stopped with status {solution.status} on paper C's soft-margin SVM")
-    x, z = np.asarray(solution.x), np.asarray(solution.z)
-    lam = np.clip(z[:m], 0.0, C)
-    W = np.linalg.norm(x[:m]) * rows.combine(lam)
-    # Polish: the solution for C is the (exact, polished) "squared" solution for C' = C ||W||; a fixed point
-    # iteration on C' reaches it to machine precision in one or two steps.
-    G = rows.gram()
-    for _ in range(5):
-        norm = np.linalg.norm(W)
-        if norm == 0:
-            break
-        lam_sq = _box_qp(G, C * norm)
+    lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)  # the multipliers of B y + xi >= 1
+    norm = np.linalg.norm(np.asarray(solution.x)[:m])
+    W = norm * rows.combine(lam)
+    for _ in range(5 if norm > 0 else 0):
+        lam_sq = _box_qp(rows.gram(), C * norm)
         W_sq = rows.combine(lam_sq)
-        if not np.isfinite(W_sq).all() or np.linalg.norm(W_sq) == 0:
-            break
-        W, lam = W_sq, lam_sq / np.linalg.norm(W_sq)
-        if abs(C * norm / np.linalg.norm(W) - C) <= 1e-12 * C:
-            break
-    return W, np.clip(lam, 0.0, C)
+        new = np.linalg.norm(W_sq)
+        if new > 0 and abs(new - norm) <= 1e-12 * norm:
+            return W_sq, np.clip(lam_sq / new, 0.0, C)
+        norm = new
+    return W, lam
 
 
 def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, objective: str = "squared",
@@ -620,24 +604,63 @@ def violations(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
     return (np.nan_to_num(gaps, nan=np.inf) < 1 - 1e-9).sum((-3, -2, -1))
 
 
+def _shortest_path(graph: dict, start, goal):
+    """The shortest path [start, ..., goal] along the edges of `graph` {u: {v: ...}} (breadth first), or None."""
+    parents, frontier = {start: None}, [start]
+    while frontier and goal not in parents:
+        following = []
+        for u in frontier:
+            for v in graph.get(u, {}):
+                if v not in parents:
+                    parents[v] = u
+                    following.append(v)
+        frontier = following
+    if goal not in parents:
+        return None
+    path = [goal]
+    while parents[path[-1]] is not None:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
 def _shortest_cycle(graph: dict):
-    """The shortest directed cycle [p_0, ..., p_{L-1}] of `graph` {p: {q: ...}} (edges p -> q), or None."""
+    """The shortest directed cycle [p_0, ..., p_{L-1}] of `graph` {p: {q: ...}} (edges p -> q), or None: for
+    every edge p -> q, the shortest path from q back to p closes a cycle through it."""
     best = None
     for p in graph:
-        for q in graph[p]:  # the shortest path q -> ... -> p closes a cycle through the edge p -> q
-            parents, frontier = {q: None}, [q]
-            while frontier and p not in parents:
-                frontier = [r for u in frontier for r in graph.get(u, {}) if r not in parents
-                            and parents.setdefault(r, u) == u]
-            if p in parents:
-                path, node = [], p
-                while node is not None:
-                    path.append(node)
-                    node = parents[node]
-                cycle = [p] + path[::-1][:-1]  # p -> q -> ... -> (back to p)
-                if best is None or len(cycle) < len(best):
-                    best = cycle
+        for q in graph[p]:
+            back = _shortest_path(graph, q, p)  # [q, ..., p]
+            if back is not None and (best is None or len(back) < len(best)):
+                best = [p] + back[:-1]
     return best
+
+
+def _preference_edges(problem: SequenceProblem, alpha: torch.Tensor):
+    """The constraints of one problem as preference edges: a list of (i, k, t, a, p, q), where the query token
+    a = x_ik must prefer p = x_{i alpha_ik} to q = x_it, with a, p, q numbered by distinct token."""
+    _, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
+    ids = ids.reshape(problem.n, problem.T).tolist()
+    return [(i, k, t, ids[i][k], ids[i][int(alpha[i, k])], ids[i][t])
+            for i, k, t in separation_mask(problem, alpha).nonzero().tolist()]
+
+
+def _graphs(edges) -> dict:
+    """{query token a: {preferred token p: {other token q: the first (i, k, t) asking for p over q}}}."""
+    graphs = {}
+    for i, k, t, a, p, q in edges:
+        graphs.setdefault(a, {}).setdefault(p, {}).setdefault(q, (i, k, t))
+    return graphs
+
+
+def _reachable(graph: dict, start) -> set:
+    """The nodes reachable from `start` along the edges of `graph` (start included)."""
+    seen, stack = {start}, [start]
+    while stack:
+        for v in graph.get(stack.pop(), {}):
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen
 
 
 def preference_cycle(problem: SequenceProblem, alpha=None):
@@ -648,23 +671,15 @@ def preference_cycle(problem: SequenceProblem, alpha=None):
     distinct query token the constraints form a directed preference graph p -> q over the distinct tokens, and
     any cycle p_0 -> p_1 -> ... -> p_0 is infeasible (the margins around it sum to zero, not to its length).
     When the distinct tokens are linearly independent (e.g. at most d random embeddings), the converse holds too:
-    the hard-margin SVM is feasible exactly when no query token's preferences have a cycle.
+    the hard-margin SVM is feasible exactly when no query token's preferences have a cycle (see `conflicts`).
 
     Returns the constraints along the shortest cycle found, as a list of (i, k, t) index triples (each: query k of
     sequence i prefers its selected token to token t), or None when every preference graph is acyclic.
     """
     if problem.batch_shape:
         raise ValueError("preference_cycle takes one problem: index the batch first, e.g. problem[0]")
-    alpha = _selection(problem, alpha)
-    where = separation_mask(problem, alpha)
-    _, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
-    ids = ids.reshape(problem.n, problem.T).tolist()
-    graphs = {}  # query token -> {preferred token: {other token: (i, k, t)}}
-    for i, k, t in where.nonzero().tolist():
-        a, p, q = ids[i][k], ids[i][int(alpha[i, k])], ids[i][t]
-        graphs.setdefault(a, {}).setdefault(p, {}).setdefault(q, (i, k, t))
     best = None
-    for graph in graphs.values():
+    for graph in _graphs(_preference_edges(problem, _selection(problem, alpha))).values():
         cycle = _shortest_cycle(graph)
         if cycle is not None and (best is None or len(cycle) < len(best[1])):
             best = graph, cycle
@@ -672,3 +687,82 @@ def preference_cycle(problem: SequenceProblem, alpha=None):
         return None
     graph, cycle = best
     return [graph[p][q] for p, q in zip(cycle, cycle[1:] + cycle[:1])]
+
+
+def conflicts(problem: SequenceProblem, alpha=None) -> np.ndarray:
+    """The constraints of the hard-margin Att-SVM that lie on a preference cycle: bool (..., n, K, T).
+
+    An edge p -> q of query token a's preference graph (see `preference_cycle`) is in conflict when q leads back
+    to p. No W gives every constraint of a cycle a positive margin: the margins around it sum to zero. When the
+    distinct tokens are linearly independent, this is the whole obstruction: some W gives every other
+    constraint a margin of at least one and the conflicting ones a margin of exactly zero (W x_a can be chosen
+    for each query token a on its own, and p^T W x_a for each token p: order the strongly connected components
+    of each graph). So the hard-margin SVM is then feasible exactly when no constraint is in conflict.
+    """
+    alpha = _selection(problem, alpha)
+    flat = SequenceProblem(problem.X.reshape((-1,) + problem.X.shape[-3:]),
+                           problem.V.reshape((-1,) + problem.V.shape[-3:]), causal=problem.causal)
+    alpha = alpha.reshape((-1,) + alpha.shape[-2:])
+    out = np.zeros((len(alpha), problem.n, problem.K, problem.T), dtype=bool)
+    for b in range(len(alpha)):
+        edges = _preference_edges(flat[b], alpha[b])
+        graphs, reach = _graphs(edges), {}
+        for i, k, t, a, p, q in edges:
+            if (a, q) not in reach:
+                reach[a, q] = _reachable(graphs[a], q)
+            out[b, i, k, t] = p in reach[a, q]
+    return out.reshape(problem.batch_shape + out.shape[1:])
+
+
+def max_positive_margins(problem: SequenceProblem, alpha=None) -> np.ndarray:
+    """The largest number of Att-SVM constraints that one W can give a positive margin: int (...,).
+
+    Any W orders the tokens for each query token a by their logits p^T W x_a, and a constraint (prefer p to q)
+    has a positive margin only if p comes before q. So the count is at most the sum, over the query tokens, of
+    the most constraints that one order of the tokens satisfies: all the edges between different strongly
+    connected components of a's preference graph, plus the best order inside each component (found exactly
+    by dynamic programming over its subsets). When the distinct tokens are linearly independent, every family
+    of orders is realized by some W (see `conflicts`), and the bound is attained.
+    """
+    alpha = _selection(problem, alpha)
+    flat = SequenceProblem(problem.X.reshape((-1,) + problem.X.shape[-3:]),
+                           problem.V.reshape((-1,) + problem.V.shape[-3:]), causal=problem.causal)
+    alpha = alpha.reshape((-1,) + alpha.shape[-2:])
+    counts = []
+    for b in range(len(alpha)):
+        weights = {}  # query token -> {(p, q): number of constraints asking for p before q}
+        for *_, a, p, q in _preference_edges(flat[b], alpha[b]):
+            weights.setdefault(a, {}).setdefault((p, q), 0)
+            weights[a][p, q] += 1
+        counts.append(sum(_best_order(edges) for edges in weights.values()))
+    return np.array(counts, dtype=np.int64).reshape(problem.batch_shape)
+
+
+def _best_order(edges: dict) -> int:
+    """max over orders of the nodes of the total weight of the edges (p, q) with p before q."""
+    graph = {}
+    for p, q in edges:
+        graph.setdefault(p, {})[q] = True
+    nodes = {x for edge in edges for x in edge}
+    reach = {x: _reachable(graph, x) for x in nodes}
+    component = {x: frozenset(y for y in reach[x] if x in reach[y]) for x in nodes}
+    total = sum(w for (p, q), w in edges.items() if component[p] != component[q])  # always satisfiable
+    for members in set(component.values()):
+        if len(members) == 1:
+            continue
+        if len(members) > 16:
+            raise ValueError(f"a preference conflict among {len(members)} tokens is too large for the exact "
+                             f"count (at most 16): use fewer sequences or a larger vocabulary")
+        index = {x: j for j, x in enumerate(sorted(members))}
+        into = [[0] * len(index) for _ in index]  # into[v][u]: weight of the edge u -> v
+        for (p, q), w in edges.items():
+            if p in index and q in index:
+                into[index[q]][index[p]] += w
+        best = [0] + [-1] * ((1 << len(index)) - 1)  # best[S]: the nodes of S placed first, in the best order
+        for S in range(1 << len(index)):
+            for v in range(len(index)):
+                if not S >> v & 1:
+                    gained = sum(into[v][u] for u in range(len(index)) if S >> u & 1)
+                    best[S | 1 << v] = max(best[S | 1 << v], best[S] + gained)
+        total += best[-1]
+    return total

@@ -13,8 +13,30 @@ import torch
 from .checks import as_tensor, positive_int, require_shape
 
 
+class Sequences:
+    """The shape of n sequences X (..., n, T, d) of T tokens in R^d, with batch dimensions in front."""
+
+    X: torch.Tensor
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.X.shape[:-3])
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[-3]
+
+    @property
+    def T(self) -> int:
+        return self.X.shape[-2]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[-1]
+
+
 @dataclass(frozen=True, init=False)
-class Problem:
+class Problem(Sequences):
     """A (batch of) classification problem(s) for one softmax-attention layer with a linear head."""
 
     X: torch.Tensor
@@ -41,22 +63,6 @@ class Problem:
         require_shape(v, "v", batch + (d,), "the linear head, one per problem")
         for name, value in zip("XYZv", (X, Y, Z, v)):
             object.__setattr__(self, name, value)
-
-    @property
-    def batch_shape(self) -> tuple:
-        return tuple(self.X.shape[:-3])
-
-    @property
-    def n(self) -> int:
-        return self.X.shape[-3]
-
-    @property
-    def T(self) -> int:
-        return self.X.shape[-2]
-
-    @property
-    def d(self) -> int:
-        return self.X.shape[-1]
 
     def __getitem__(self, index) -> "Problem":
         """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""

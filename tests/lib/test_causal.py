@@ -464,3 +464,119 @@ def test_random_problem_is_seeded_and_batched():
     assert torch.equal(causal.random_problem(3, 4, 5, seed=1, batch=2).X, problem.X)
     with pytest.raises(IndexError):
         causal.random_problem(3, 4, 5, seed=1)[0]
+
+
+# ------------------------------------------------------------------ language sampling, conflicts
+
+def test_samples_are_nested_in_n_and_the_language_does_not_depend_on_d():
+    small, large = causal.synthetic_language(15, 4, seed=5), causal.synthetic_language(15, 30, seed=5)
+    assert torch.equal(small.transition, large.transition) and torch.equal(small.start, large.start)
+    ids_few, _ = small.sample(7, 6, seed=2)
+    ids_many, _ = large.sample(20, 6, seed=2)
+    assert torch.equal(ids_many[:7], ids_few)  # the same sentences, embedded in R^4 and in R^30
+    problems, ids = causal.next_token_problems(5, 4, 8, V=15, seeds=[5])
+    assert torch.equal(ids[0], causal.next_token_problems(5, 4, 30, V=15, seeds=[5])[1][0])
+
+
+def test_sampled_frequencies_match_the_transition_probabilities():
+    lang = causal.synthetic_language(4, 3, seed=1, successors=3)
+    ids, _ = lang.sample(20000, 2, seed=0)
+    first = torch.bincount(ids[:, 0], minlength=4).double() / 20000
+    assert (first - 0.25).abs().max() < 0.02
+    a = int(ids[0, 0])
+    after = ids[ids[:, 0] == a, 1]
+    freq = torch.bincount(after, minlength=4).double() / len(after)
+    assert (freq - lang.transition[a]).abs().max() < 0.03 and (freq[lang.transition[a] == 0] == 0).all()
+
+
+def test_conflicts_of_a_two_cycle():
+    a, b, c = torch.eye(3, dtype=torch.float64)
+    X = torch.stack([torch.stack([b, a, c]), torch.stack([b, a, c])])
+    V = torch.stack([torch.stack([c, a, c]), torch.stack([c, b, c])])  # query a: a > b, then b > a
+    problem = causal.SequenceProblem(X, V)
+    conflict = causal.conflicts(problem)
+    assert conflict.shape == (2, 3, 3)
+    assert sorted(zip(*np.nonzero(conflict))) == [(0, 1, 0), (1, 1, 1)]
+    assert not conflict[:, 2].any()  # query c prefers c in both sequences: no conflict
+    assert not causal.conflicts(problem, torch.tensor([[0, 1, 2], [0, 1, 2]])).any()  # a consistent selection
+
+
+def _equality_svm(problem, conflict):
+    """min ||W|| s.t. margin >= 1 off the conflicts and margin = 0 on them (cvxpy), or None if infeasible."""
+    A, where = _rows(problem, causal.optimal_tokens(problem))
+    on = np.array([conflict[w] for w in where])
+    W = cp.Variable((problem.d, problem.d))
+    margins = A @ cp.vec(W, order="C")
+    constraints = [margins[~on] >= 1] + ([margins[on] == 0] if on.any() else [])
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(W)), constraints)
+    prob.solve(solver=cp.CLARABEL)
+    return W.value if prob.status == cp.OPTIMAL else None
+
+
+def test_conflicts_are_the_whole_obstruction_with_independent_tokens():
+    """At most d distinct tokens: feasible iff no conflict, and a W with margin >= 1 off the conflicts and 0 on
+    them exists; every cycle found by preference_cycle lies in the conflicts."""
+    problems, _ = causal.next_token_problems(4, 5, 12, V=10, seeds=range(12))
+    conflict = causal.conflicts(problems)
+    assert conflict.shape == (12, 4, 4, 5)
+    assert (conflict <= causal.separation_mask(problems).numpy()).all()
+    flags = causal.feasible(problems)
+    assert 0 < flags.sum() < 12
+    np.testing.assert_array_equal(flags, ~conflict.any((-3, -2, -1)))
+    for b in range(12):
+        cycle = causal.preference_cycle(problems[b])
+        assert cycle is None or all(conflict[b][c] for c in cycle)
+        W = _equality_svm(problems[b], conflict[b])
+        assert W is not None
+        gaps = causal.margins(problems[b], W)
+        mask = causal.separation_mask(problems[b]).numpy()
+        assert gaps[mask & ~conflict[b]].min() > 1 - 1e-6 and np.abs(gaps[conflict[b]]).max(initial=0) < 1e-6
+
+
+def test_paper_C_form_with_a_small_penalty_matches_cvxpy():
+    """At small C every multiplier sits at the bound and the polish cannot converge: the cone solution stands
+    (there the objective is nearly flat along the scale of W, so compare objectives, to 1e-6 relative)."""
+    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[3])[0][0]
+    alpha = causal.optimal_tokens(problem)
+    for C in (0.05, 0.3):
+        W = causal.att_svm(problem, C=C, objective="norm")
+        reference = _cvx(problem, alpha, C, "norm")
+        assert _paper_C_objective(problem, W, C) <= _paper_C_objective(problem, reference, C) * (1 + 1e-6)
+
+
+def _brute_force_positive(problem):
+    """max positive constraints by trying every order of the distinct tokens for every query token, and a W
+    that attains it: with independent tokens, x_p^T W x_a = minus the rank of p in the order chosen for a."""
+    import itertools
+    alpha = causal.optimal_tokens(problem)
+    edges = causal._preference_edges(problem, alpha)
+    unique, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
+    potential = np.zeros((len(unique), len(unique)))  # [p, a]
+    total = 0
+    for a in {e[3] for e in edges}:
+        mine = [(p, q) for *_, a_, p, q in edges if a_ == a]
+        order = max(itertools.permutations(range(len(unique))),
+                    key=lambda order: sum(order.index(p) < order.index(q) for p, q in mine))
+        total += sum(order.index(p) < order.index(q) for p, q in mine)
+        potential[:, a] = [-order.index(p) for p in range(len(unique))]
+    pinv = np.linalg.pinv(unique.numpy())  # (d, U): unique @ pinv = I when the tokens are independent
+    return total, pinv @ potential @ pinv.T
+
+
+def test_max_positive_margins_is_exact_and_never_beaten():
+    problems, _ = causal.next_token_problems(5, 5, 8, V=5, seeds=range(6))
+    best = causal.max_positive_margins(problems)
+    total = causal.separation_mask(problems).sum((-3, -2, -1)).numpy()
+    assert best.shape == (6,) and (best <= total).all() and (best < total).any()
+    np.testing.assert_array_equal(best == total, causal.feasible(problems))
+    for b in range(6):
+        count, W = _brute_force_positive(problems[b])
+        assert best[b] == count
+        mask = causal.separation_mask(problems[b]).numpy()
+        assert (causal.margins(problems[b], W)[mask] > 1e-9).sum() == count  # attained
+        gaps = causal.margins(problems[b], _random((300, 8, 8), seed=b))  # random W never do better
+        assert (gaps[:, mask] > 0).sum(-1).max() <= best[b]
+    a, b_, c = torch.eye(3, dtype=torch.float64)
+    X = torch.stack([torch.stack([b_, a]), torch.stack([b_, a])])
+    two_cycle = causal.SequenceProblem(X, torch.stack([torch.stack([c, a]), torch.stack([c, b_])]))
+    assert causal.max_positive_margins(two_cycle) == 1
