@@ -16,6 +16,8 @@ sequence i,
                                        h_ialpha = s_ialpha sum_{tau != alpha} (s_itau / e^{L_i}) (u_ialpha - u_itau),
 
 every factor computed in log space, and each problem's sequences weighted by exp(log|c_i| + L_i - log_scale).
+(3) Off alpha_i, the sum is taken as (u_it - u_ialpha) + e^{L_i} (h_ialpha / s_ialpha), never as u_it - f_i:
+where u_it = u_ialpha (equal scores, Assumption B.2) the round-off of f_i would swamp the true value.
 Normalized gradient descent needs only g; plain gradient descent multiplies by exp(log_scale).
 """
 
@@ -62,11 +64,14 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
     others = shifted.masked_fill(is_top, -torch.inf)
     second = others.amax(-1, keepdim=True)
     ratio = torch.exp(others - second)  # s_it / e^{L_i} (L_i = second - log total), 0 at the top token
-    top_sum = (ratio * (u.gather(-1, top) - u)).sum(-1, keepdim=True)  # the top token's sum, over e^{L_i}
-    # Off the top token, u_it - f_i = sum_tau s_itau (u_it - u_itau) is accurate as it stands.
-    h = torch.where(is_top, s * top_sum, ratio * (u - f[..., None]))
+    u_top = u.gather(-1, top)
+    top_sum = (ratio * (u_top - u)).sum(-1, keepdim=True)  # the top token's sum, over e^{L_i}
+    log_second = second - torch.log(total)  # L_i
+    # Off the top token, u_it - f_i = (u_it - u_ialpha) + e^{L_i} top_sum: subtracting f_i itself would leave
+    # a round-off of eps |f_i| where u_it = u_ialpha (equal scores), and the true difference is far smaller.
+    h = torch.where(is_top, s * top_sum, ratio * (u - u_top + torch.exp(log_second) * top_sum))
     log_slopes = LOSSES[kind].log_slope(problem.Y * f) - np.log(problem.n)
-    weight = log_slopes + (second - torch.log(total))[..., 0]
+    weight = log_slopes + log_second[..., 0]
     log_scale = weight.amax(-1)
     direction = (-problem.Y * torch.exp(weight - log_scale[..., None]))[..., None] * h
     return LogitGradient(direction, log_scale, s, f, log_slopes)

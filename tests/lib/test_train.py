@@ -22,6 +22,8 @@ def _autograd(problem, W, kind="logistic"):
 
 def _relative_error(got, reference):
     got, reference = np.asarray(got), np.asarray(reference)
+    scale = np.abs(reference).max()  # so that tiny gradients do not underflow when squared
+    got, reference = got / scale, reference / scale
     return np.linalg.norm(got - reference) / np.linalg.norm(reference)
 
 
@@ -97,6 +99,19 @@ def test_exact_gradient_is_accurate_when_softmax_saturates():
     assert _relative_error(exact, reference) < 1e-8
     # autograd through softmax loses the x_alpha z^T term (it rounds s_alpha (1 - s_alpha) to 0)
     assert _relative_error(_autograd(problem, W), reference) > 1e-3
+
+
+def test_exact_gradient_is_accurate_with_equal_scores():
+    """Assumption B.2 (equal non-optimal scores), attention saturated on random tokens: for two tokens of equal
+    value, u_t - f_i is far below the round-off of f_i, and computing it as such flipped gradients' signs."""
+    errors = []
+    for seed in range(12):
+        problem = data.equal_scores_problem(2, 4, 3, seed=seed)
+        W = _random_W((3, 3), seed=seed, scale=100.0)
+        with mpmath.workdps(400):  # 50 digits are not enough where probabilities reach 1e-250
+            reference = _mp_gradient(problem, W)
+        errors.append(_relative_error(train.loss_gradient(problem, W), reference))
+    assert all(error < 1e-10 for error in errors), errors
 
 
 # ------------------------------------------------------------------ gradient descent
