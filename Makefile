@@ -19,7 +19,7 @@ JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 STORED := _build/config-stored-outputs.yml
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync student pdf bench clean
+.PHONY: setup book test notebooks sync student pdf bench e51-seeds clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -57,7 +57,7 @@ $(STORED): _config.yml
 	mkdir -p _build && sed 's/execute_notebooks: force/execute_notebooks: "off"/' _config.yml > $@
 
 test: setup $(STORED)
-	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py
+	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py
 	$(NBVAL) book/
 	$(BIN)/python -m pytest tests/test_student_edition.py
 	$(JB_BUILD) --config $(STORED)
@@ -77,6 +77,10 @@ student: setup
 # Speed: the library against a straightforward reference implementation, side by side (prints a table).
 bench: setup
 	$(BIN)/python benchmarks/run.py
+
+# Chapter 5's stored seeds: the first 500 runs per d that pass paper A's E5.1 filter (about 10 minutes).
+e51-seeds: setup
+	$(BIN)/python tools/e51_seeds.py
 
 clean:
 	rm -rf _build vendor/static .pytest_cache .hypothesis

@@ -4,16 +4,16 @@ Modules: `data` (problem instances), `model` (the attention model and losses), `
 optimal and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm`
 (Att-SVM solvers; `nuclear` is its batched interior-point method), `train` (gradient descent, the
 regularization path, paper B's prompt model; the gradients themselves are in `gradients`), `heads` (linear,
-ReLU and lambda heads), `causal` (every token a query: causal and seq2seq attention, the synthetic language, the
+ReLU and lambda heads), `multitoken` (paper A's ReLU-head experiment and its run filter), `causal` (every token a query: causal and seq2seq attention, the synthetic language, the
 causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds), `plots` (the book's
 figure style), `widgets` (explorers), `exercises` (self-checks). Call `setup()` once at the top of a chapter.
 """
 
 from importlib.metadata import version as _version
 
-from . import causal, data, exercises, heads, model, nuclear, plots, svm, tensor, theory, train, widgets
+from . import causal, data, exercises, heads, model, multitoken, nuclear, plots, svm, tensor, theory, train, widgets
 from .session import elapsed, setup
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["causal", "data", "exercises", "heads", "model", "nuclear", "plots", "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]
+__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]

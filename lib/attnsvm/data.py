@@ -177,6 +177,15 @@ def loss_example_problem(C: float) -> Problem:
     return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, float(C)], [0.0, 1.0]])
 
 
+def joint_training_problem(*, tight: bool) -> Problem:
+    """Paper B's joint-training example: inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels
+    (1, -1, 1), the head v trained (the problem's v is zero). third = (0.5, 1) (tight: every input is a support
+    vector of the head's SVM) or (0.5, 1.5) (not tight: the third input is not)."""
+    third = [0.5, 1.0] if tight else [0.5, 1.5]
+    X = torch.tensor([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], third]], dtype=torch.float64)
+    return Problem(X, torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64), None, torch.zeros(2, dtype=torch.float64))
+
+
 def equal_scores_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None,
                          delta: float = 0.0) -> Problem:
     """Random problems satisfying Assumption B.2: all non-optimal tokens of a sequence have equal scores.

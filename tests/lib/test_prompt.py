@@ -130,10 +130,8 @@ def test_paper_b_loss_example_svm_does_not_depend_on_C(C):
 
 
 def _joint_example(tight):
-    """CONTENT 5.3 (paper B's joint training): three inputs of two 2-D tokens, labels (1, -1, 1), identity key."""
-    third = [0.5, 1.0] if tight else [0.5, 1.5]
-    X = np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], third]])
-    return X, np.array([1.0, -1.0, 1.0])
+    problem = data.joint_training_problem(tight=tight)
+    return problem.X.numpy(), problem.Y.numpy()
 
 
 def test_joint_training_example_svms():
@@ -354,3 +352,32 @@ def test_paper_b_loss_example_with_the_linear_loss():
     p = traj.p[-1].numpy()
     np.testing.assert_allclose(p[:, 1], 0.5 * np.log(Cs), rtol=0, atol=1e-3)
     assert (p[:, 0] > 95).all() and (p[:, 2] == 0).all()
+
+
+def test_joint_gd_plain_step_is_minus_lr_autograd_gradient():
+    problem = data.joint_training_problem(tight=False)
+    p0, v0 = torch.tensor([0.3, -1.0], dtype=torch.float64), torch.tensor([-1.0, 0.2], dtype=torch.float64)
+    run = train.gd_joint(problem, np.eye(2), steps=1, lr=0.1, init_p=p0, init_v=v0, normalized=False)
+    p, v = p0.clone().requires_grad_(), v0.clone().requires_grad_()
+    f = (torch.softmax(problem.X @ p, -1) * (problem.X @ v)).sum(-1)
+    F.softplus(-problem.Y * f).mean().backward()
+    torch.testing.assert_close(run.p[1], p0 - 0.1 * p.grad, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(run.v[1], v0 - 0.1 * v.grad, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("tight", [True, False])
+def test_joint_gd_converges_to_the_head_svm_and_the_relaxed_p_svm(tight):
+    """Paper B's Figure 3 setting: v -> v^mm = (0, 1); p -> the relaxed p-SVM, which differs from the unrelaxed
+    one only in the non-tight case."""
+    problem = data.joint_training_problem(tight=tight)
+    run = train.gd_joint(problem, np.eye(2), steps=1000, lr=0.1, init_p=[0.0, -1.0], init_v=[-1.0, 0.0],
+                         record_every=1000)
+    X, Y = problem.X.numpy(), problem.Y.numpy()
+    v_mm, support = svm.head_svm(X, Y, [1, 1, 1])
+    p_relaxed = svm.prompt_svm(X, np.eye(2), [1, 1, 1], relaxed=~support)
+    p_unrelaxed = svm.prompt_svm(X, np.eye(2), [1, 1, 1])
+    cos = lambda a, b: float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
+    p, v = run.p[-1].numpy(), run.v[-1].numpy()
+    assert cos(v, v_mm) > 0.999 and cos(p, p_relaxed) > 0.999
+    if not tight:
+        assert cos(p, p_unrelaxed) < cos(p, p_relaxed) - 0.01

@@ -1,0 +1,109 @@
+"""Paper A's multi-token experiment (E5.1): a fixed ReLU head, only W trained, and the official run filter.
+
+Every candidate run comes from one integer seed (its problem, its head and its initial W), so that any run can
+be reproduced alone. The official filter accepts few candidates at large d (about 2 in 100 at d = 10), so the
+first accepted seeds of each d are found once by `search` (`make e51-seeds` writes `e51_seeds.json`); Chapter 5
+trains exactly those runs and checks that each one passes the filter, and the tests re-run the search on a
+prefix of the seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import data, heads, svm, theory, train
+from .checks import positive_int
+from .initial import uniform_init
+
+N, T = 3, 4  # sequences and tokens per sequence
+STEPS, LR, RECORD_EVERY = 2000, 0.1, 100
+MASKED, RELEVANT = 1e-6, 1e-3  # s <= MASKED: masked; s >= RELEVANT: selected; in between: ambiguous
+HEAD_SEEDS, INIT_SEEDS = 1_000_000, 2_000_000  # offsets: the head and the initial W get their own streams
+SEEDS_FILE = Path(__file__).with_name("e51_seeds.json")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Trained candidate runs: seeds (batch,), the batched problem and ReLU head, the trajectory."""
+
+    seeds: np.ndarray
+    problem: data.Problem
+    head: heads.ReLU
+    trajectory: train.Trajectory
+
+
+def train_runs(d: int, seeds) -> Runs:
+    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run."""
+    d = positive_int(d, "d")
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if seeds.ndim != 1 or len(seeds) == 0:
+        raise ValueError(f"seeds must be a non-empty list of integers, got shape {seeds.shape}")
+    problems = [data.random_problem(N, T, d, seed=int(s)) for s in seeds]
+    problem = data.Problem(*(torch.stack([getattr(p, name) for p in problems]) for name in "XYZv"))
+    head = heads.ReLU(torch.stack([heads.random_relu(d, seed=HEAD_SEEDS + int(s)).V for s in seeds]))
+    W0 = torch.stack([uniform_init((d, d), seed=INIT_SEEDS + int(s)) for s in seeds])
+    trajectory = train.gd(problem, steps=STEPS, lr=LR, init=W0, record_every=RECORD_EVERY, head=head)
+    return Runs(seeds, problem, head, trajectory)
+
+
+def _solutions(runs: Runs, b: int):
+    """(GeneralSVM, one-token W) of run b, or None if an SVM is infeasible."""
+    X, Z, s = runs.problem.X[b], runs.problem.Z[b], runs.trajectory.probs[-1, b]
+    try:
+        return svm.general_svm(X, Z, s, threshold=RELEVANT), svm.att_svm(X, Z, s.argmax(-1))
+    except svm.InfeasibleSVM:
+        return None
+
+
+def passes_filter(runs: Runs) -> np.ndarray:
+    """The official filter, bool (batch,): labels not all +1, no final probability in (1e-6, 1e-3], at least
+    one <= 1e-6 (a token masked), and every SVM (general and one-token) feasible."""
+    s = runs.trajectory.probs[-1].flatten(1)
+    ok = ~(runs.problem.Y == 1).all(-1) & ~((s > MASKED) & (s <= RELEVANT)).any(-1) & (s <= MASKED).any(-1)
+    ok = ok.numpy()
+    for b in np.flatnonzero(ok):
+        ok[b] = _solutions(runs, b) is not None
+    return ok
+
+
+def search(d: int, count: int, *, start: int = 1, chunk: int = 2000) -> tuple[list[int], int]:
+    """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried."""
+    count, chunk = positive_int(count, "count"), positive_int(chunk, "chunk")
+    accepted, seed = [], start
+    while len(accepted) < count:
+        seeds = np.arange(seed, seed + chunk)
+        accepted += [int(s) for s in seeds[passes_filter(train_runs(d, seeds))]]
+        seed += chunk
+    accepted = accepted[:count]
+    return accepted, accepted[-1] - start + 1
+
+
+def stored_seeds(d: int) -> list[int]:
+    """The accepted seeds of dimension d found by `search` and stored in e51_seeds.json."""
+    stored = json.loads(SEEDS_FILE.read_text())
+    if str(d) not in stored["seeds"]:
+        raise ValueError(f"no stored seeds for d={d}; stored: d in {sorted(map(int, stored['seeds']))} "
+                         f"(run `make e51-seeds` to search others)")
+    return stored["seeds"][str(d)]
+
+
+def errors(runs: Runs) -> dict[str, np.ndarray]:
+    """1 - corr(W(k), .) for the three predicted directions, each (records, batch): "SVMeq" (W_fin + C W_mm, C
+    fitted to W(2000)), "W_mm" (the directional part alone) and "1token" (the Att-SVM of argmax_t s_it)."""
+    W = runs.trajectory.W
+    targets = {"SVMeq": [], "W_mm": [], "1token": []}
+    for b in range(len(runs.seeds)):
+        solutions = _solutions(runs, b)
+        if solutions is None:
+            raise svm.InfeasibleSVM(f"run with seed {runs.seeds[b]} has an infeasible SVM: filter the runs "
+                                    f"with passes_filter first", [b])
+        general, one_token = solutions
+        targets["SVMeq"].append(general.combined(W[-1, b].numpy()))
+        targets["W_mm"].append(general.W_mm)
+        targets["1token"].append(one_token)
+    return {name: 1 - theory.correlation(W, torch.as_tensor(np.stack(Ws))) for name, Ws in targets.items()}

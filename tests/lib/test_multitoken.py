@@ -1,0 +1,69 @@
+"""Paper A's E5.1 runs (`attnsvm.multitoken`): each run reproducible from its seed alone, the official filter, the
+stored accepted seeds re-found by the search, and the three predicted directions."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnsvm
+from attnsvm import multitoken as mt
+
+
+@pytest.fixture(scope="module")
+def candidates():
+    return mt.train_runs(4, np.arange(1, 41))
+
+
+def test_a_run_is_the_same_alone_and_in_a_batch(candidates):
+    alone = mt.train_runs(4, [7])
+    torch.testing.assert_close(alone.trajectory.W[:, 0], candidates.trajectory.W[:, 6], rtol=1e-12, atol=1e-12)
+    assert alone.trajectory.W.shape == (mt.STEPS // mt.RECORD_EVERY + 1, 1, 4, 4)
+
+
+def test_filter_accepts_exactly_the_official_conditions(candidates):
+    ok = mt.passes_filter(candidates)
+    s = candidates.trajectory.probs[-1].flatten(1)
+    ambiguous = ((s > 1e-6) & (s <= 1e-3)).any(-1).numpy()
+    masked = (s <= 1e-6).any(-1).numpy()
+    all_positive = (candidates.problem.Y == 1).all(-1).numpy()
+    assert not (ok & (ambiguous | ~masked | all_positive)).any()
+    assert ((~ambiguous & masked & ~all_positive) == ok).all()  # every SVM is feasible on these candidates
+    assert 0 < ok.sum() < len(ok)  # both outcomes occur, so the comparison above means something
+
+
+@pytest.mark.parametrize("d, count, chunk", [(4, 8, 32), (10, 2, 128)])
+def test_search_refinds_the_stored_seeds(d, count, chunk):
+    seeds, tried = mt.search(d, count, chunk=chunk)
+    assert seeds == mt.stored_seeds(d)[:count] and tried == seeds[-1]
+
+
+def test_stored_seeds_cover_the_experiment():
+    assert all(len(mt.stored_seeds(d)) == 500 for d in (4, 6, 8, 10))
+
+
+def test_svmeq_is_closer_than_the_one_token_svm(candidates):
+    runs = mt.train_runs(4, mt.stored_seeds(4)[:20])
+    errors = mt.errors(runs)
+    assert all(e.shape == (mt.STEPS // mt.RECORD_EVERY + 1, 20) for e in errors.values())
+    final = {name: e[-1].mean() for name, e in errors.items()}
+    assert final["SVMeq"] < final["1token"] and final["W_mm"] < final["1token"]
+    assert (errors["SVMeq"] >= -1e-12).all() and (errors["SVMeq"][-1] < errors["SVMeq"][0]).mean() > 0.9
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="d must"):
+        mt.train_runs(0, [1])
+    with pytest.raises(ValueError, match="seeds must"):
+        mt.train_runs(4, [])
+    with pytest.raises(ValueError, match="make e51-seeds"):
+        mt.stored_seeds(5)
+
+
+def test_errors_refuse_runs_with_an_infeasible_svm(candidates):
+    ok = mt.passes_filter(candidates)
+    s = candidates.trajectory.probs[-1].flatten(1)
+    unmasked = np.flatnonzero((s >= 1e-3).all(-1).numpy())[:1]  # every token selected: no directional part
+    assert len(unmasked) and not ok[unmasked].any()
+    runs = mt.train_runs(4, candidates.seeds[unmasked])
+    with pytest.raises(attnsvm.InfeasibleSVM, match="passes_filter"):
+        mt.errors(runs)

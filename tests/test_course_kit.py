@@ -1,0 +1,55 @@
+"""Every chapter has what a course relies on: objectives and prerequisites, a link to the notation page, a summary,
+at least four exercises with solutions (one of them a coding exercise with a stub and a self-check), an explorer
+in chapters 2-6, and its execution time printed at the end."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted(p.stem for p in (ROOT / "book_src").glob("[0-9][0-9]_*.md") if not p.stem.startswith("00"))
+EXPLORER_CHAPTERS = ("02", "03", "04", "05", "06")
+
+
+def source(name: str) -> str:
+    return (ROOT / "book_src" / f"{name}.md").read_text()
+
+
+def test_the_book_has_seven_chapters():
+    assert [name[:2] for name in CHAPTERS] == [f"0{k}" for k in range(1, 8)], CHAPTERS
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_opens_with_objectives_and_links_the_notation_page(name):
+    text = source(name)
+    assert re.search(r":::\{admonition\} Objectives and prerequisites", text), f"{name}: no objectives box"
+    assert "<notation>`" in text, f"{name}: no link to the notation page ({{ref}}`notation page <notation>`)"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_closes_with_summary_and_exercises_with_solutions(name):
+    text = source(name)
+    assert "\n## Summary\n" in text and "\n## Exercises\n" in text, f"{name}: no Summary or Exercises section"
+    exercises = re.findall(r"^```\{exercise\}.*\n:label: (\S+)", text, re.MULTILINE)
+    solved = set(re.findall(r"^`{3,}\{solution(?:-start)?\} (\S+)", text, re.MULTILINE))
+    assert len(exercises) >= 4, f"{name}: {len(exercises)} exercises, at least 4 expected"
+    assert not set(exercises) - solved, f"{name}: exercises without a solution: {set(exercises) - solved}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_has_a_coding_exercise_with_a_stub_and_a_self_check(name):
+    text = source(name)
+    assert "raise NotImplementedError" in text and "{solution-start}" in text, f"{name}: no coding exercise stub"
+    assert "attnsvm.exercises.check(" in text, f"{name}: no self-check"
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTERS if n[:2] in EXPLORER_CHAPTERS])
+def test_chapter_has_an_explorer(name):
+    assert "widgets.explorer(" in source(name), f"{name}: no interactive explorer"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_prints_its_execution_time_last(name):
+    cells = re.findall(r"^```\{code-cell\}.*?\n(.*?)^```", source(name), re.MULTILINE | re.DOTALL)
+    assert cells and cells[-1].strip() == "attnsvm.elapsed()", f"{name}: the last cell must be attnsvm.elapsed()"
