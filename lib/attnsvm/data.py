@@ -177,6 +177,17 @@ def loss_example_problem(C: float) -> Problem:
     return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, float(C)], [0.0, 1.0]])
 
 
+def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Problem:
+    """Single sequences (n = 1) of T orthonormal tokens in R^T (the U factor of the SVD of a Gaussian matrix, as
+    in paper A's lambda-head code), label +1, and `random_problem`'s unit query and head (Chapter 5, E5.2)."""
+    T = positive_int(T, "T", minimum=2)
+    gen = torch.Generator().manual_seed(int(seed))
+    shape = ((batch,) if batch else ()) + (1, T, T)
+    X = torch.linalg.svd(torch.randn(shape, generator=gen, dtype=torch.float64)).U
+    base = random_problem(1, T, T, seed=seed, batch=batch)
+    return Problem(X, torch.ones(shape[:-2], dtype=torch.float64), base.Z, base.v)
+
+
 def joint_training_problem(*, tight: bool) -> Problem:
     """Paper B's joint-training example: inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels
     (1, -1, 1), the head v trained (the problem's v is zero). third = (0.5, 1) (tight: every input is a support

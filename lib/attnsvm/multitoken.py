@@ -71,6 +71,13 @@ def passes_filter(runs: Runs) -> np.ndarray:
     return ok
 
 
+def largest_masked(runs: Runs) -> np.ndarray:
+    """Each run's largest final probability below the selection threshold 1e-3, (batch,): how completely the
+    masked tokens are suppressed."""
+    s = runs.trajectory.probs[-1].flatten(1)
+    return s.masked_fill(s > RELEVANT, 0).amax(-1).numpy()
+
+
 def search(d: int, count: int, *, start: int = 1, chunk: int = 2000) -> tuple[list[int], int]:
     """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried."""
     count, chunk = positive_int(count, "count"), positive_int(chunk, "chunk")

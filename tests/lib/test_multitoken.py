@@ -29,6 +29,9 @@ def test_filter_accepts_exactly_the_official_conditions(candidates):
     assert not (ok & (ambiguous | ~masked | all_positive)).any()
     assert ((~ambiguous & masked & ~all_positive) == ok).all()  # every SVM is feasible on these candidates
     assert 0 < ok.sum() < len(ok)  # both outcomes occur, so the comparison above means something
+    largest = mt.largest_masked(candidates)
+    assert (largest[ok] <= 1e-6).all() and (largest[ok] > 0).all()
+    assert (largest[ambiguous] > 1e-6).all() and (largest <= 1e-3).all()
 
 
 @pytest.mark.parametrize("d, count, chunk", [(4, 8, 32), (10, 2, 128)])
@@ -41,7 +44,7 @@ def test_stored_seeds_cover_the_experiment():
     assert all(len(mt.stored_seeds(d)) == 500 for d in (4, 6, 8, 10))
 
 
-def test_svmeq_is_closer_than_the_one_token_svm(candidates):
+def test_svmeq_is_closer_than_the_one_token_svm():
     runs = mt.train_runs(4, mt.stored_seeds(4)[:20])
     errors = mt.errors(runs)
     assert all(e.shape == (mt.STEPS // mt.RECORD_EVERY + 1, 20) for e in errors.values())
