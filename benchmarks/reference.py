@@ -28,9 +28,9 @@ def _loss(X, Y, Z, v, W, V=None):
     return torch.nn.functional.softplus(-Y * f).mean()
 
 
-def gd(X, Y, Z, v, *, steps: int, lr: float, W0=None, K0=None, Q0=None, V=None) -> torch.Tensor:
-    """Normalized gradient descent on W (given W0) or on (K, Q) (given K0, Q0) for ONE problem, with the linear
-    head v or the ReLU head V; returns the iterates W(k) (steps + 1, d, d)."""
+def gd(X, Y, Z, v, *, steps: int, lr: float, W0=None, K0=None, Q0=None, V=None, eps: float = 0.0) -> torch.Tensor:
+    """Normalized gradient descent (steps -lr g / (||g|| + eps)) on W (given W0) or on (K, Q) (given K0, Q0) for
+    ONE problem, with the linear head v or the ReLU head V; returns the iterates W(k) (steps + 1, d, d)."""
     params = [p.clone().requires_grad_(True) for p in ((W0,) if W0 is not None else (K0, Q0))]
     weights = (lambda: params[0]) if W0 is not None else (lambda: params[0] @ params[1].T)
     iterates = []
@@ -42,5 +42,5 @@ def gd(X, Y, Z, v, *, steps: int, lr: float, W0=None, K0=None, Q0=None, V=None) 
             for p, g in zip(params, grads):
                 norm = g.norm()
                 if norm > 0:
-                    p -= lr * g / norm
+                    p -= lr * g / (norm + eps)
     return torch.stack(iterates)

@@ -155,7 +155,7 @@ def e51(share: int) -> None:
             for b in range(share):
                 X, Y, Z, v = (getattr(run.problem, name)[b] for name in "XYZv")
                 W = reference.gd(X, Y, Z, v, steps=multitoken.STEPS, lr=multitoken.LR,
-                                 W0=run.trajectory.W[0, b], V=run.head.V[b])
+                                 W0=run.trajectory.W[0, b], V=run.head.V[b], eps=multitoken.EPS)
                 step = multitoken.RECORD_EVERY
                 early = max(early, np.abs(_unit(W[step]) - _unit(run.trajectory.W[1, b])).max())
         return early

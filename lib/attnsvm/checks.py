@@ -65,3 +65,11 @@ def positive_float(value, name: str) -> float:
     if not np.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return number
+
+
+def nonnegative_float(value, name: str) -> float:
+    """Return `value` as a finite float >= 0, else raise a ValueError naming it."""
+    try:
+        return 0.0 if float(value) == 0 else positive_float(value, name)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from err

@@ -58,7 +58,8 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
         f = (s * u).sum(-1)
     else:
         a = (s[..., None] * problem.X).sum(-2)
-        u, f = (problem.X * head.gradient(a)[..., None, :]).sum(-1), head.value(a)
+        f, slope = head.value_and_gradient(a)
+        u = (problem.X * slope[..., None, :]).sum(-1)
     top = logits.argmax(-1, keepdim=True)
     is_top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, top, True)
     others = shifted.masked_fill(is_top, -torch.inf)

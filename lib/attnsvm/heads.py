@@ -11,11 +11,18 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import as_tensor, positive_float
+from .checks import as_tensor, nonnegative_float, positive_float
+
+
+class _Head:
+    """A head's value and gradient at a (..., n, d), computed together (they may share work)."""
+
+    def value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.value(a), self.gradient(a)
 
 
 @dataclass(frozen=True)
-class Linear:
+class Linear(_Head):
     """h(a) = v^T a."""
 
     v: torch.Tensor  # (..., d)
@@ -28,7 +35,7 @@ class Linear:
 
 
 @dataclass(frozen=True)
-class ReLU:
+class ReLU(_Head):
     """h(a) = 1^T ReLU(V^T a): a one-hidden-layer ReLU network with fixed weights V (..., d, k) (paper A's
     `relu` head, with V Gaussian scaled to ||V||_F = 1)."""
 
@@ -41,12 +48,15 @@ class ReLU:
         return torch.relu(a @ self.V).sum(-1)
 
     def gradient(self, a: torch.Tensor) -> torch.Tensor:
-        active = (a @ self.V > 0).to(a.dtype)  # (..., n, k)
-        return active @ self.V.transpose(-2, -1)
+        return self.value_and_gradient(a)[1]
+
+    def value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = a @ self.V  # (..., n, k)
+        return torch.relu(hidden).sum(-1), (hidden > 0).to(a.dtype) @ self.V.transpose(-2, -1)
 
 
 @dataclass(frozen=True)
-class Lambda:
+class Lambda(_Head):
     """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens."""
 
     v: torch.Tensor
@@ -54,8 +64,7 @@ class Lambda:
 
     def __post_init__(self):
         object.__setattr__(self, "v", as_tensor(self.v, "v"))
-        if float(self.lam) != 0:
-            object.__setattr__(self, "lam", positive_float(self.lam, "lam"))
+        object.__setattr__(self, "lam", nonnegative_float(self.lam, "lam"))
 
     def value(self, a: torch.Tensor) -> torch.Tensor:
         return (a * self.v[..., None, :]).sum(-1) - self.lam * (a * a).sum(-1)

@@ -5,23 +5,30 @@ be reproduced alone. The official filter accepts few candidates at large d (abou
 first accepted seeds of each d are found once by `search` (`make e51-seeds` writes `e51_seeds.json`); Chapter 5
 trains exactly those runs and checks that each one passes the filter, and the tests re-run the search on a
 prefix of the seeds.
+
+The runs normalize each gradient step as paper A's code does, by ||G||_F + EPS (machine epsilon): once the
+gradient norm falls to about 1e-16, the steps shrink and training all but stops. The figure's numbers depend on
+it (Chapter 5 compares exact normalized steps, eps = 0).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import data, heads, svm, theory, train
+from . import data, heads, session, svm, theory, train
 from .checks import positive_int
 from .initial import uniform_init
 
 N, T = 3, 4  # sequences and tokens per sequence
 STEPS, LR, RECORD_EVERY = 2000, 0.1, 100
+EPS = float(np.finfo(np.float64).eps)  # paper A's code normalizes the gradient by its norm + EPS
 MASKED, RELEVANT = 1e-6, 1e-3  # s <= MASKED: masked; s >= RELEVANT: selected; in between: ambiguous
 HEAD_SEEDS, INIT_SEEDS = 1_000_000, 2_000_000  # offsets: the head and the initial W get their own streams
 SEEDS_FILE = Path(__file__).with_name("e51_seeds.json")
@@ -35,29 +42,53 @@ class Runs:
     problem: data.Problem
     head: heads.ReLU
     trajectory: train.Trajectory
+    svms: dict = field(default_factory=dict, repr=False, compare=False)  # run index -> its SVMs, once solved
 
 
-def train_runs(d: int, seeds) -> Runs:
-    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run."""
-    d = positive_int(d, "d")
-    seeds = np.asarray(seeds, dtype=np.int64)
-    if seeds.ndim != 1 or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of integers, got shape {seeds.shape}")
+def _draw(d: int, seeds: np.ndarray) -> tuple[data.Problem, heads.ReLU, torch.Tensor]:
+    """The candidate runs of `seeds`, batched: problems, ReLU heads and initial W."""
     problems = [data.random_problem(N, T, d, seed=int(s)) for s in seeds]
     problem = data.Problem(*(torch.stack([getattr(p, name) for p in problems]) for name in "XYZv"))
     head = heads.ReLU(torch.stack([heads.random_relu(d, seed=HEAD_SEEDS + int(s)).V for s in seeds]))
     W0 = torch.stack([uniform_init((d, d), seed=INIT_SEEDS + int(s)) for s in seeds])
-    trajectory = train.gd(problem, steps=STEPS, lr=LR, init=W0, record_every=RECORD_EVERY, head=head)
+    return problem, head, W0
+
+
+def _train(seeds: np.ndarray, problem: data.Problem, head: heads.ReLU, W0: torch.Tensor, eps: float = EPS) -> Runs:
+    trajectory = train.gd(problem, steps=STEPS, lr=LR, init=W0, record_every=RECORD_EVERY, head=head, eps=eps)
     return Runs(seeds, problem, head, trajectory)
 
 
+def train_runs(d: int, seeds, *, eps: float = EPS) -> Runs:
+    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run, each
+    step -lr G / (||G||_F + eps) as in paper A's code; eps = 0 gives exact normalized steps -lr G / ||G||_F."""
+    d = positive_int(d, "d")
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if seeds.ndim != 1 or len(seeds) == 0:
+        raise ValueError(f"seeds must be a non-empty list of integers, got shape {seeds.shape}")
+    return _train(seeds, *_draw(d, seeds), eps=eps)
+
+
+def select(runs: Runs, keep) -> Runs:
+    """The runs where `keep` (bool (batch,), e.g. `passes_filter(runs)`) is true."""
+    keep = torch.as_tensor(np.asarray(keep, dtype=bool))
+    if keep.shape != (len(runs.seeds),):
+        raise ValueError(f"keep must be a bool array of shape ({len(runs.seeds)},), one entry per run")
+    t = runs.trajectory
+    trajectory = train.Trajectory(t.steps, t.probs[:, keep], t.loss[:, keep], W=t.W[:, keep])
+    problem = data.Problem(*(getattr(runs.problem, name)[keep] for name in "XYZv"))
+    return Runs(runs.seeds[keep.numpy()], problem, heads.ReLU(runs.head.V[keep]), trajectory)
+
+
 def _solutions(runs: Runs, b: int):
-    """(GeneralSVM, one-token W) of run b, or None if an SVM is infeasible."""
-    X, Z, s = runs.problem.X[b], runs.problem.Z[b], runs.trajectory.probs[-1, b]
-    try:
-        return svm.general_svm(X, Z, s, threshold=RELEVANT), svm.att_svm(X, Z, s.argmax(-1))
-    except svm.InfeasibleSVM:
-        return None
+    """(GeneralSVM, one-token W) of run b, or None if an SVM is infeasible (solved once per run)."""
+    if b not in runs.svms:
+        X, Z, s = runs.problem.X[b], runs.problem.Z[b], runs.trajectory.probs[-1, b]
+        try:
+            runs.svms[b] = svm.general_svm(X, Z, s, threshold=RELEVANT), svm.att_svm(X, Z, s.argmax(-1))
+        except svm.InfeasibleSVM:
+            runs.svms[b] = None
+    return runs.svms[b]
 
 
 def passes_filter(runs: Runs) -> np.ndarray:
@@ -78,14 +109,45 @@ def largest_masked(runs: Runs) -> np.ndarray:
     return s.masked_fill(s > RELEVANT, 0).amax(-1).numpy()
 
 
-def search(d: int, count: int, *, start: int = 1, chunk: int = 2000) -> tuple[list[int], int]:
-    """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried."""
-    count, chunk = positive_int(count, "count"), positive_int(chunk, "chunk")
-    accepted, seed = [], start
-    while len(accepted) < count:
-        seeds = np.arange(seed, seed + chunk)
-        accepted += [int(s) for s in seeds[passes_filter(train_runs(d, seeds))]]
-        seed += chunk
+def _accepted(d: int, first: int, chunk: int) -> list[int]:
+    """The accepted seeds among first, ..., first + chunk - 1. As in paper A's loop, a candidate whose labels
+    are all +1 is skipped before training (the filter would reject it)."""
+    seeds = np.arange(first, first + chunk)
+    problem, head, W0 = _draw(d, seeds)
+    mixed = ~(problem.Y == 1).all(-1)
+    if not mixed.any():
+        return []
+    problem = data.Problem(*(getattr(problem, name)[mixed] for name in "XYZv"))
+    runs = _train(seeds[mixed.numpy()], problem, heads.ReLU(head.V[mixed]), W0[mixed])
+    return [int(s) for s in runs.seeds[passes_filter(runs)]]
+
+
+def _worker_setup() -> None:
+    session.setup(quiet=True)  # float64, one thread: as in the calling process
+
+
+def search(d: int, count: int, *, start: int = 1, chunk: int = 2000, workers: int = 1) -> tuple[list[int], int]:
+    """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
+
+    Candidates are trained in chunks of `chunk` seeds, `workers` chunks at a time in separate processes (a run
+    does not depend on the others in its batch, so the answer does not depend on `chunk` or `workers`).
+    """
+    d, count = positive_int(d, "d"), positive_int(count, "count")
+    chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")
+    accepted, first = [], start
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_setup) if workers > 1 else None
+    try:
+        while len(accepted) < count:
+            firsts = [first + k * chunk for k in range(workers)]
+            if pool is None:
+                accepted += _accepted(d, first, chunk)
+            else:
+                for found in pool.map(_accepted, [d] * workers, firsts, [chunk] * workers):
+                    accepted += found
+            first += workers * chunk
+    finally:
+        if pool is not None:
+            pool.shutdown()
     accepted = accepted[:count]
     return accepted, accepted[-1] - start + 1
 

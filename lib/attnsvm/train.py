@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import as_tensor, choice, positive_float, positive_int, require_shape
+from .checks import as_tensor, choice, nonnegative_float, positive_float, positive_int, require_shape
 from .data import Problem
 from .gradients import logit_gradient, weight_gradient
 from .initial import initial_parameters, initial_vector, uniform_init
@@ -61,13 +61,19 @@ class _Recorder:
         return Trajectory(steps=np.array(self.steps), **fields)
 
 
-def _unit(G: torch.Tensor, dims=(-2, -1)) -> torch.Tensor:
-    """G / ||G|| over `dims`, scaling by the largest entry first (a tiny G's square underflows);
-    a zero gradient gives a zero step."""
+def _unit(G: torch.Tensor, dims=(-2, -1), log_scale=None, eps: float = 0.0) -> torch.Tensor:
+    """G / ||G|| over `dims`, scaling by the largest entry first (a tiny G's square underflows); a zero gradient
+    gives a zero step. With eps > 0, paper A's step G_true / (||G_true|| + eps) for the true gradient
+    G_true = exp(log_scale) G (over the last two dims), its length computed in log space, exact where G_true
+    underflows."""
     scale = G.abs().amax(dims, keepdim=True)
     G = G / torch.where(scale > 0, scale, 1.0)
     norm = G.norm(dim=dims, keepdim=True)
-    return G / torch.where(norm > 0, norm, 1.0)
+    unit = G / torch.where(norm > 0, norm, 1.0)
+    if not eps:
+        return unit
+    log_norm = torch.log(scale) + torch.log(norm)  # log ||G||
+    return unit * torch.sigmoid(log_scale[..., None, None] + log_norm - np.log(eps))
 
 
 def _risk(kind: str, Y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
@@ -92,11 +98,12 @@ def _autograd_gradient(problem: Problem, W: torch.Tensor, kind: str, head):
 
 def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True, init=None,
        record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0,
-       gradient: str = "exact", head=None) -> Trajectory:
+       gradient: str = "exact", head=None, eps: float = 0.0) -> Trajectory:
     """Gradient descent on W (param="W") or on (K, Q) with W = K Q^T (param="KQ"), for every problem in the batch.
 
     normalized: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
-    otherwise the plain step -lr G. init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform"
+    otherwise the plain step -lr G. eps: normalize by ||G||_F + eps instead, as paper A's code does with eps
+    = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls to eps. init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform"
     (seeded by `seed`), an initial W (..., d, d) or a pair (K0, Q0). m: the width of K and Q (default d).
     head: None for the problem's linear head v, or a head from `attnsvm.heads` (e.g. ReLU).
     gradient: "exact" (see `gradients`) or "autograd" (through softmax, for comparison).
@@ -108,6 +115,7 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     m = problem.d if m is None else positive_int(m, "m")
+    eps = nonnegative_float(eps, "eps")
     params = initial_parameters(problem, param, init, m, seed)
     values = token_values(problem) if head is None else None
     recorder = _Recorder(steps, record_every)
@@ -126,7 +134,9 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
             break
         if not normalized:
             G = torch.exp(log_scale)[..., None, None] * G
-        step = _unit if normalized else (lambda update: update)
+
+        def step(update):
+            return _unit(update, log_scale=log_scale, eps=eps) if normalized else update
         if param == "W":
             params = (params[0] - lr * step(G),)
         else:

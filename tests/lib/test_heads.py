@@ -22,6 +22,9 @@ def test_head_gradient_is_the_gradient_of_its_value(name):
     a = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64, requires_grad=True)
     (grad,) = torch.autograd.grad(head.value(a).sum(), a)
     torch.testing.assert_close(head.gradient(a.detach()), grad, rtol=1e-13, atol=1e-14)
+    value, gradient = head.value_and_gradient(a.detach())  # the two together, as gradient descent asks
+    torch.testing.assert_close(value, head.value(a.detach()), rtol=0, atol=0)
+    torch.testing.assert_close(gradient, grad, rtol=1e-13, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", ["relu", "lambda"])

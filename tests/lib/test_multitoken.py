@@ -34,10 +34,32 @@ def test_filter_accepts_exactly_the_official_conditions(candidates):
     assert (largest[ambiguous] > 1e-6).all() and (largest <= 1e-3).all()
 
 
-@pytest.mark.parametrize("d, count, chunk", [(4, 8, 32), (10, 2, 128)])
-def test_search_refinds_the_stored_seeds(d, count, chunk):
-    seeds, tried = mt.search(d, count, chunk=chunk)
+@pytest.mark.parametrize("d, count, chunk, workers", [(4, 8, 32, 1), (4, 8, 8, 2), (10, 2, 128, 1)])
+def test_search_refinds_the_stored_seeds(d, count, chunk, workers):
+    seeds, tried = mt.search(d, count, chunk=chunk, workers=workers)
     assert seeds == mt.stored_seeds(d)[:count] and tried == seeds[-1]
+
+
+def test_select_keeps_the_chosen_runs(candidates):
+    keep = mt.passes_filter(candidates)
+    chosen = mt.select(candidates, keep)
+    assert list(chosen.seeds) == list(candidates.seeds[keep])
+    again = mt.train_runs(4, chosen.seeds)
+    torch.testing.assert_close(chosen.trajectory.W, again.trajectory.W, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(chosen.head.V, again.head.V, rtol=0, atol=0)
+    assert mt.passes_filter(chosen).all()
+    with pytest.raises(ValueError, match="keep must"):
+        mt.select(candidates, keep[:3])
+
+
+def test_exact_normalized_steps_are_the_eps_0_runs():
+    """Paper A's eps changes nothing while the gradient is large, and all but stops training once it falls to
+    about 1e-16 (run 7 gets there after some 300 steps); exact normalized steps (eps = 0) go on."""
+    exact, official = mt.train_runs(4, [7], eps=0), mt.train_runs(4, [7])
+    torch.testing.assert_close(official.trajectory.W[:2], exact.trajectory.W[:2], rtol=1e-8, atol=1e-8)
+    moves = [(r.trajectory.W[1:] - r.trajectory.W[:-1]).norm(dim=(-2, -1))[:, 0] for r in (exact, official)]
+    assert (moves[0] > 7).all()  # 100 steps of length 0.1, nearly in a straight line
+    assert (moves[1][5:] < 0.5).all() and moves[1][-1] < 0.01 * moves[0][-1]
 
 
 def test_stored_seeds_cover_the_experiment():
@@ -58,6 +80,8 @@ def test_bad_input_is_named():
         mt.train_runs(0, [1])
     with pytest.raises(ValueError, match="seeds must"):
         mt.train_runs(4, [])
+    with pytest.raises(ValueError, match="workers must"):
+        mt.search(4, 1, workers=0)
     with pytest.raises(ValueError, match="make e51-seeds"):
         mt.stored_seeds(5)
 

@@ -265,6 +265,38 @@ def test_normalized_step_of_a_gradient_whose_square_underflows():
     torch.testing.assert_close(step, -0.1 * unit / unit.norm(), rtol=0, atol=float(resolution))
 
 
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_eps_normalization_is_paper_As_step(param):
+    """Each step is -lr G / (||G||_F + eps), as in paper A's code; eps is made large here, so that it matters."""
+    problem = data.random_problem(3, 4, 5, seed=2, batch=2)
+    eps = 0.05
+    traj = train.gd(problem, param=param, steps=5, lr=0.1, init="uniform", record_every=1, eps=eps)
+    for k in range(5):
+        params = [traj.W[k]] if param == "W" else [traj.K[k].clone(), traj.Q[k].clone()]
+        leaves = [p.requires_grad_(True) for p in params]
+        W = leaves[0] if param == "W" else leaves[0] @ leaves[1].transpose(-2, -1)
+        grads = torch.autograd.grad(model.loss(problem, W).sum(), leaves)
+        steps = [p.detach() - 0.1 * g / (g.norm(dim=(-2, -1), keepdim=True) + eps) for p, g in zip(params, grads)]
+        expected = [traj.W[k + 1]] if param == "W" else [traj.K[k + 1], traj.Q[k + 1]]
+        for got, want in zip(expected, steps):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+    shorter = (traj.W[1:] - traj.W[:-1]).norm(dim=(-2, -1)) if param == "W" else None
+    if shorter is not None:
+        assert (shorter < 0.1 - 1e-6).all()  # the steps really are shorter than lr
+
+
+def test_eps_stops_training_once_the_gradient_is_below_it():
+    """Far along W^mm the gradient is ~1e-261 (it underflows): with eps the step is 0, without it lr."""
+    problem = data.random_problem(3, 4, 3, seed=0)
+    W0 = 600.0 * torch.as_tensor(svm.att_svm(problem.X, problem.Z, theory.optimal_tokens(problem)))
+    frozen = train.gd(problem, steps=3, lr=0.1, init=W0, eps=2.2e-16)
+    assert (frozen.W == W0).all()
+    moving = train.gd(problem, steps=1, lr=0.1, init=W0, eps=0)
+    torch.testing.assert_close((moving.W[1] - W0).norm(), torch.tensor(0.1, dtype=torch.float64), rtol=1e-11, atol=0)
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        train.gd(problem, steps=1, lr=0.1, eps=-1e-16)
+
+
 def test_zero_gradient_gives_a_zero_normalized_step():
     # v orthogonal to every token: the output, hence the gradient, is 0 for every W
     X = [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]
