@@ -62,7 +62,7 @@ book: setup
 	@echo "The book is at _build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py
+	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py
 	$(NBVAL) book/
 	$(BIN)/python -m pytest tests/test_student_edition.py
 	$(JB_BUILD)

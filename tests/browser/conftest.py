@@ -21,7 +21,8 @@ HTML = ROOT / "_build" / "html"
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else shutil.which("chromium")  # Debian's
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-MATHJAX_TIMEOUT_MS = 20_000  # the one bounded wait: MathJax's first typeset of the page
+MATHJAX_TIMEOUT_MS = 20_000  # MathJax's first typeset of the page
+REQUEST_TIMEOUT_MS = 20_000  # a late request (font, widget) of the book's own server
 
 
 def is_local(url: str) -> bool:
@@ -44,6 +45,7 @@ class Visit:
     external: list[str] = field(default_factory=list)  # every URL it asked for elsewhere (aborted)
     failures: list[str] = field(default_factory=list)  # local requests that failed or answered >= 400
     mathjax_error: str | None = None  # why MathJax did not finish typesetting, if it did not
+    pending: set = field(default_factory=set)  # requests in flight
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -90,6 +92,9 @@ def open_page(context, url: str) -> Visit:
     visit = Visit(context.new_page())
     page = visit.page
     page.on("request", lambda request: (visit.requests if is_local(request.url) else visit.external).append(request.url))
+    page.on("request", lambda request: visit.pending.add(request))
+    for event in ("requestfinished", "requestfailed"):
+        page.on(event, lambda request: visit.pending.discard(request))
     page.on("requestfailed", lambda request: is_local(request.url)
             and visit.failures.append(f"{request.url} ({request.failure})"))
     page.on("response", lambda response: response.status >= 400
@@ -107,5 +112,16 @@ def open_page(context, url: str) -> Visit:
             visit.mathjax_error = None if outcome == "done" else f"MathJax failed: {outcome}"
         except PlaywrightError as error:
             visit.mathjax_error = f"MathJax did not finish within {MATHJAX_TIMEOUT_MS} ms: {error.message.splitlines()[0]}"
-    page.wait_for_load_state("networkidle")  # late requests (MathJax fonts, widgets) are recorded too
+    settle(page, visit)
     return visit
+
+
+def settle(page, visit: Visit) -> None:
+    """Wait until the page has no request in flight for half a second, so that late requests (MathJax fonts,
+    widgets) are recorded too; a request still pending after REQUEST_TIMEOUT_MS is recorded as a failure."""
+    quiet, waited = 0, 0
+    while quiet < 500 and waited < REQUEST_TIMEOUT_MS:
+        page.wait_for_timeout(100)
+        waited += 100
+        quiet = 0 if visit.pending else quiet + 100
+    visit.failures += [f"{request.url} (no answer within {REQUEST_TIMEOUT_MS} ms)" for request in visit.pending]

@@ -24,7 +24,8 @@ if not (Path("/usr/bin/chromium").is_file() or shutil.which("chromium")):  # con
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-RAW_TEX = ("$$", "\\[", "\\(", "\\begin{")  # what untypeset math looks like in the visible text
+RAW_TEX = ("$", "\\[", "\\(", "\\begin{")  # what untypeset math looks like in the visible text ("$" also
+# catches a "$$" display that MyST read as "$" and inline math, which happens when it does not start a paragraph)
 FILE_NAME_ALT = re.compile(r"\.(png|svg|jpe?g|gif|webp)\b|/_images/", re.IGNORECASE)
 
 
@@ -70,7 +71,7 @@ def test_math_is_typeset(name, visit):
     untypeset = visited.page.evaluate("""() => [...document.querySelectorAll('.math')]
         .filter(element => !element.querySelector('mjx-container')).map(element => element.outerHTML.slice(0, 200))""")
     assert not untypeset, f"{name}.html: math that MathJax did not typeset: {untypeset}"
-    # Visible text outside code listings (code may legitimately contain `$$` or `\begin{`).
+    # Visible text outside code listings (code may legitimately contain `$` or `\begin{`).
     text = visited.page.evaluate("""() => [...document.querySelectorAll('pre, code')]
         .reduce((text, code) => text.replace(code.innerText, ''), document.body.innerText)""")
     raw = [fragment for fragment in RAW_TEX if fragment in text]
