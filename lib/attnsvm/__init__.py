@@ -6,7 +6,7 @@ optimal and locally-optimal tokens, margins, support tokens, correlation, conver
 regularization path, paper B's prompt model; the gradients themselves are in `gradients`), `heads` (linear,
 ReLU and lambda heads), `multitoken` (paper A's ReLU-head experiment and its run filter), `causal` (every token a query: causal and seq2seq attention, the synthetic language, the
 causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds), `plots` (the book's
-figure style), `widgets` (explorers), `exercises` (self-checks). Call `setup()` once at the top of a chapter.
+figure style and tables), `widgets` (explorers), `exercises` (self-checks). Call `setup()` once at the top of a chapter.
 """
 
 from importlib.metadata import version as _version

@@ -1,10 +1,11 @@
-"""The book's figure style: a colour-blind-safe palette and helpers for its recurring pictures."""
+"""The book's figure style: a colour-blind-safe palette, helpers for its recurring pictures, and its tables."""
 
 from __future__ import annotations
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import Markdown
 
 # Okabe and Ito (2008), safe for the common forms of colour blindness.
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
@@ -19,6 +20,19 @@ def use_style() -> None:
         "axes.prop_cycle": mpl.cycler(color=CYCLE), "axes.spines.top": False, "axes.spines.right": False,
         "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 2,
     })
+
+
+def table(header, rows, caption: str = "") -> Markdown:
+    """A table the book renders as one (cells may hold $math$), with `caption` as a paragraph under it.
+    header: the column titles; rows: one sequence of cells per row, as many as titles."""
+    header = [str(title) for title in header]
+    for k, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"rows[{k}] has {len(row)} cells but the header has {len(header)} columns: "
+                             "give every row one cell per column")
+    lines = [header, ["---"] * len(header)] + [[str(cell) for cell in row] for row in rows]
+    text = "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+    return Markdown(text + (f"\n\n{caption}" if caption else ""))
 
 
 def svm_picture(ax, tokens, alpha: int, w, *, support=None, color=PALETTE["blue"], label: str = "") -> None:

@@ -91,8 +91,11 @@ def visit(site, browser):
 def open_page(context, url: str) -> Visit:
     visit = Visit(context.new_page())
     page = visit.page
-    page.on("request", lambda request: (visit.requests if is_local(request.url) else visit.external).append(request.url))
-    page.on("request", lambda request: visit.pending.add(request))
+
+    def record(request):
+        visit.pending.add(request)
+        (visit.requests if is_local(request.url) else visit.external).append(request.url)
+    page.on("request", record)
     for event in ("requestfinished", "requestfailed"):
         page.on(event, lambda request: visit.pending.discard(request))
     page.on("requestfailed", lambda request: is_local(request.url)

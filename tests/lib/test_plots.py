@@ -24,6 +24,20 @@ def _draw(ax):
     assert isinstance(ax.figure.canvas, FigureCanvasAgg)
 
 
+# ------------------------------------------------------------------ table
+
+def test_table_is_markdown_with_one_row_per_line_and_the_caption_under_it():
+    shown = plots.table(["$d$", "error"], [[4, "1.0e-02"], [10, "5.0e-03"]], caption="Mean over runs.")
+    assert shown.data == ("| $d$ | error |\n| --- | --- |\n| 4 | 1.0e-02 |\n| 10 | 5.0e-03 |\n\n"
+                          "Mean over runs.")
+    assert plots.table(["a"], []).data == "| a |\n| --- |"
+
+
+def test_table_rejects_a_row_of_the_wrong_length():
+    with pytest.raises(ValueError, match=r"rows\[1\] has 1 cells but the header has 2 columns"):
+        plots.table(["a", "b"], [[1, 2], [3]])
+
+
 # ------------------------------------------------------------------ line, ray, path
 
 def test_line_passes_through_the_point_orthogonal_to_the_normal():
