@@ -178,21 +178,22 @@ def chapter(name: str) -> None:
 
 
 def gd_floor() -> None:
-    """Time per iteration per problem of the batched W-model step against the arithmetic floor."""
+    """Time per iteration per problem of the W-model step, on both engines, against the arithmetic floor."""
     a = torch.randn(512, 512, dtype=torch.float64)
     seconds, _ = timed(lambda: a @ a, 5)
     rate = 2 * 512**3 / seconds
     n, T, d, B = 6, 8, 10, 100
     flops = 2 * (2 * n * d * d + 2 * n * T * d + 3 * n * T * T)  # W z_i, logits, pairwise terms, gradient
+    floor = flops / rate
     problems = data.random_problem(n, T, d, seed=0, batch=B)
-    t, _ = timed(lambda: train.gd(problems, steps=500, lr=0.1, record_every=500), 3)
-    per = t / 500 / B
-    print(f"  GD step, (6,8,10), batch {B}: {per * 1e6:.2f} us per iteration per problem; arithmetic floor "
-          f"{flops / rate * 1e6:.3f} us ({flops} flop at a measured {rate / 1e9:.1f} GFLOP/s float64 matmul): "
-          f"{per / (flops / rate):.0f}x the floor", flush=True)
-    ROWS.append((f"GD step per problem, (6,8,10), batch {B}", "-", f"{per * 1e6:.2f} us", "-",
-                 f"floor {flops / rate * 1e6:.3f} us: {per / (flops / rate):.0f}x",
-                 f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
+    for engine in ("torch", "compiled"):
+        t, _ = timed(lambda: train.gd(problems, steps=500, lr=0.1, record_every=500, engine=engine), 3)
+        per = t / 500 / B
+        print(f"  GD step ({engine}), (6,8,10), batch {B}: {per * 1e6:.2f} us per iteration per problem; "
+              f"arithmetic floor {floor * 1e6:.3f} us ({flops} flop at a measured {rate / 1e9:.1f} GFLOP/s float64 "
+              f"matmul): {per / floor:.0f}x the floor", flush=True)
+        ROWS.append((f"GD step per problem, {engine} engine, (6,8,10), batch {B}", "-", f"{per * 1e6:.2f} us", "-",
+                     f"floor {floor * 1e6:.3f} us: {per / floor:.0f}x", f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
 
 
 def main() -> None:

@@ -3,10 +3,12 @@
 Modules: `data` (problem instances), `model` (the attention model and losses), `theory` (token scores,
 optimal and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm`
 (Att-SVM solvers; `nuclear` is its batched interior-point method), `train` (gradient descent, the
-regularization path, paper B's prompt model; the gradients themselves are in `gradients`), `heads` (linear,
-ReLU and lambda heads), `multitoken` (paper A's ReLU-head experiment and its run filter), `causal` (every token a query: causal and seq2seq attention, the synthetic language, the
-causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds), `plots` (the book's
-figure style and tables), `widgets` (explorers), `exercises` (self-checks). Call `setup()` once at the top of a chapter.
+regularization path, paper B's prompt model; the gradients themselves are in `gradients`, the compiled loop
+for W on the CPU in `compiled`), `heads` (linear, ReLU and lambda heads), `multitoken` (paper A's ReLU-head
+experiment and its run filter), `causal` (every token a query: causal and seq2seq attention, the synthetic
+language, the causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds),
+`plots` (the book's figure style and tables), `widgets` (explorers), `exercises` (self-checks). Call `setup()`
+once at the top of a chapter.
 """
 
 from importlib.metadata import version as _version

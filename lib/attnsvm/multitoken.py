@@ -126,16 +126,25 @@ def _worker_setup() -> None:
     session.setup(quiet=True)  # float64, one thread: as in the calling process
 
 
-def search(d: int, count: int, *, start: int = 1, chunk: int = 2000, workers: int = 1) -> tuple[list[int], int]:
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes for `search`, to reuse across searches (starting one takes seconds)."""
+    return ProcessPoolExecutor(positive_int(workers, "workers"), mp_context=get_context("spawn"),
+                               initializer=_worker_setup)
+
+
+def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int = 1,
+           pool: ProcessPoolExecutor | None = None) -> tuple[list[int], int]:
     """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
 
     Candidates are trained in chunks of `chunk` seeds, `workers` chunks at a time in separate processes (a run
     does not depend on the others in its batch, so the answer does not depend on `chunk` or `workers`).
+    pool: processes from `worker_pool(workers)` to use; by default the search starts its own when workers > 1.
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
     chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")
+    own = pool is None and workers > 1
+    pool = worker_pool(workers) if own else pool
     accepted, first = [], start
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_setup) if workers > 1 else None
     try:
         while len(accepted) < count:
             firsts = [first + k * chunk for k in range(workers)]
@@ -146,7 +155,7 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 2000, workers: in
                     accepted += found
             first += workers * chunk
     finally:
-        if pool is not None:
+        if own:
             pool.shutdown()
     accepted = accepted[:count]
     return accepted, accepted[-1] - start + 1

@@ -8,6 +8,7 @@ import torch
 from attnsvm import data, model, svm, theory, train
 
 LOSSES = ["logistic", "exponential", "linear"]
+ENGINES = ["compiled", "torch"]  # W trains on either; each W test runs on both
 
 
 def _random_W(shape, seed, scale=0.5):
@@ -116,9 +117,10 @@ def test_exact_gradient_is_accurate_with_equal_scores():
 
 # ------------------------------------------------------------------ gradient descent
 
-def test_normalized_gd_on_W_moves_lr_each_step():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_normalized_gd_on_W_moves_lr_each_step(engine):
     problem = data.random_problem(6, 8, 10, seed=0, batch=4)
-    traj = train.gd(problem, steps=30, lr=0.1)
+    traj = train.gd(problem, steps=30, lr=0.1, engine=engine)
     np.testing.assert_array_equal(traj.steps, np.arange(31))
     moves = (traj.W[1:] - traj.W[:-1]).norm(dim=(-2, -1))
     torch.testing.assert_close(moves, torch.full_like(moves, 0.1), rtol=1e-12, atol=0)
@@ -134,10 +136,11 @@ def test_normalized_gd_on_KQ_moves_each_factor_by_lr():
     torch.testing.assert_close(traj.W, traj.K @ traj.Q.transpose(-2, -1), rtol=0, atol=0)
 
 
-def test_plain_gd_step_is_minus_lr_gradient():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_plain_gd_step_is_minus_lr_gradient(engine):
     problem = data.random_problem(4, 5, 6, seed=1, batch=3)
     W0 = _random_W((3, 6, 6), seed=2)
-    traj = train.gd(problem, steps=2, lr=0.7, normalized=False, init=W0, loss="exponential")
+    traj = train.gd(problem, steps=2, lr=0.7, normalized=False, init=W0, loss="exponential", engine=engine)
     torch.testing.assert_close(traj.W[0], W0, rtol=0, atol=0)
     for k in range(2):
         expected = traj.W[k] - 0.7 * train.loss_gradient(problem, traj.W[k], "exponential")
@@ -249,14 +252,15 @@ def test_loss_decreases_along_normalized_gd(param):
     assert (traj.loss[-1] < traj.loss[0]).all()
 
 
-def test_normalized_step_of_a_gradient_whose_square_underflows():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_normalized_step_of_a_gradient_whose_square_underflows(engine):
     """At W = 600 W^mm the gradient is ~1e-261: its squared norm underflows to 0, the step must still be lr."""
     problem = data.random_problem(3, 4, 3, seed=0)
     alpha = theory.optimal_tokens(problem)
     W0 = 600.0 * torch.as_tensor(svm.att_svm(problem.X, problem.Z, alpha))
     G = train.loss_gradient(problem, W0)
     assert 0 < G.abs().max() < 1e-250 and G.norm() == 0  # the naive norm underflows
-    traj = train.gd(problem, steps=1, lr=0.1, init=W0)
+    traj = train.gd(problem, steps=1, lr=0.1, init=W0, engine=engine)
     step = traj.W[1] - traj.W[0]
     torch.testing.assert_close(step.norm(), torch.tensor(0.1, dtype=torch.float64), rtol=1e-11, atol=0)
     unit = G / G.abs().max()
@@ -285,33 +289,36 @@ def test_eps_normalization_is_paper_As_step(param):
         assert (shorter < 0.1 - 1e-6).all()  # the steps really are shorter than lr
 
 
-def test_eps_stops_training_once_the_gradient_is_below_it():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_eps_stops_training_once_the_gradient_is_below_it(engine):
     """Far along W^mm the gradient is ~1e-261 (it underflows): with eps the step is 0, without it lr."""
     problem = data.random_problem(3, 4, 3, seed=0)
     W0 = 600.0 * torch.as_tensor(svm.att_svm(problem.X, problem.Z, theory.optimal_tokens(problem)))
-    frozen = train.gd(problem, steps=3, lr=0.1, init=W0, eps=2.2e-16)
+    frozen = train.gd(problem, steps=3, lr=0.1, init=W0, eps=2.2e-16, engine=engine)
     assert (frozen.W == W0).all()
-    moving = train.gd(problem, steps=1, lr=0.1, init=W0, eps=0)
+    moving = train.gd(problem, steps=1, lr=0.1, init=W0, eps=0, engine=engine)
     torch.testing.assert_close((moving.W[1] - W0).norm(), torch.tensor(0.1, dtype=torch.float64), rtol=1e-11, atol=0)
     with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
         train.gd(problem, steps=1, lr=0.1, eps=-1e-16)
 
 
-def test_zero_gradient_gives_a_zero_normalized_step():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_zero_gradient_gives_a_zero_normalized_step(engine):
     # v orthogonal to every token: the output, hence the gradient, is 0 for every W
     X = [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]
     problem = data.Problem(X, [1.0], [[1.0, 0.0, 0.0]], [0.0, 0.0, 1.0])
-    traj = train.gd(problem, steps=3, lr=0.1)
+    traj = train.gd(problem, steps=3, lr=0.1, engine=engine)
     assert (traj.W == 0).all()
 
 
 # ------------------------------------------------------------------ fidelity (the papers' experiment)
 
-def test_fidelity_normalized_gd_converges_to_att_svm_direction():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fidelity_normalized_gd_converges_to_att_svm_direction(engine):
     """E4.1: 100 problems (n=6, T=8, d=10), normalized GD on W, lr 0.1, 2000 steps: W(k) / ||W(k)|| -> W^mm of its
     own selection. The exact gradient gets there; autograd through saturated softmax is steered by round-off."""
     problem = data.random_problem(6, 8, 10, seed=0, batch=100)
-    exact = train.gd(problem, steps=2000, lr=0.1, record_every=2000)
+    exact = train.gd(problem, steps=2000, lr=0.1, record_every=2000, engine=engine)
     np.testing.assert_array_equal(exact.steps, [0, 2000])
     W_mm = svm.att_svm(problem.X, problem.Z, exact.selection())
     correlation = theory.correlation(exact.W[-1], W_mm)

@@ -1,0 +1,220 @@
+"""Gradient descent on W compiled with Numba: each problem's whole run in one call, on the CPU.
+
+At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is
+some fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the
+same step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the
+top-token sum), with every intermediate in registers, several times faster. It covers the W
+parameterization with a linear or ReLU head and any loss of `model.LOSSES`; `train.gd` uses it on the CPU
+where it applies and the torch loop everywhere else. The two agree to round-off step by step (tests/lib);
+over thousands of steps a run can amplify round-off, as it would a change of BLAS.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+from . import heads
+from .data import Problem
+from .model import LOSSES, queries, token_values
+
+# Reassociation lets sums of products vectorize; no assumption about infinities (the masked logits are -inf).
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+_TINY = 1e-290  # below this, e^x is taken in log space: a quotient of subnormals would lose digits
+LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}  # logistic, exponential, linear
+HEADS = (type(None), heads.Linear, heads.ReLU)
+
+
+def supports(param: str, head, gradient: str, device: torch.device) -> str | None:
+    """None if the compiled loop runs this training, else why it does not."""
+    if device.type != "cpu":
+        return f"it runs on the CPU only (the problem is on {device})"
+    if param != "W":
+        return 'it trains W only (param="W")'
+    if gradient != "exact":
+        return 'it computes the exact gradient only (gradient="exact")'
+    if not isinstance(head, HEADS):
+        return f"it has no {type(head).__name__} head (linear and ReLU heads only)"
+    return None
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _log1pexp(x):
+    """log(1 + e^x) without overflow."""
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _log_slope(loss, x):
+    """log(-l'(x)) for the loss with code `loss` (as `model.LOSSES`)."""
+    if loss == 0:
+        return -_log1pexp(x)
+    return -x if loss == 1 else 0.0
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _loss_value(loss, x):
+    if loss == 0:
+        return _log1pexp(-x)
+    return math.exp(-x) if loss == 1 else -x
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
+    """Sequence i's softmax s[i], output f and logit gradient h[i] (its weight apart), as
+    `gradients.logit_gradient`: returns (f, log weight = log|dL/df_i| + L_i without the 1/n). Arrays are
+    indexed, never sliced: in this loop a slice costs more than a sequence's arithmetic."""
+    T, d, k = X.shape[1], X.shape[2], XV.shape[-1]
+    for p in range(d):
+        acc = 0.0
+        for q in range(d):
+            acc += W[p, q] * Z[i, q]
+        wz[p] = acc
+    top, largest = 0, -np.inf
+    for t in range(T):
+        acc = 0.0
+        for p in range(d):
+            acc += X[i, t, p] * wz[p]
+        h[i, t] = acc
+        if acc > largest:
+            top, largest = t, acc
+    total, second = 0.0, -np.inf  # second: the largest logit off the top token, shifted
+    for t in range(T):
+        h[i, t] -= largest
+        if t != top:
+            second = max(second, h[i, t])
+        s[i, t] = math.exp(h[i, t])
+        total += s[i, t]
+    e_second = math.exp(second)
+    for t in range(T):  # h becomes the ratio s_it / e^{L_i} = e^{shifted - second}
+        if t == top:
+            h[i, t] = 0.0
+        elif s[i, t] > _TINY and e_second > _TINY:
+            h[i, t] = s[i, t] / e_second
+        else:
+            h[i, t] = math.exp(h[i, t] - second)
+        s[i, t] /= total
+    f = 0.0
+    if k:  # ReLU head: XV = x_t^T V, so hidden = a^T V = sum_t s_t XV_t and u_t = x_t^T slope
+        for c in range(k):
+            acc = 0.0
+            for t in range(T):
+                acc += s[i, t] * XV[i, t, c]
+            hidden[c] = acc
+            f += max(acc, 0.0)
+        for t in range(T):
+            acc = 0.0
+            for c in range(k):
+                if hidden[c] > 0:
+                    acc += XV[i, t, c]
+            u[t] = acc
+    else:
+        for t in range(T):
+            u[t] = U[i, t]
+            f += s[i, t] * u[t]
+    top_sum = 0.0
+    for t in range(T):
+        top_sum += h[i, t] * (u[top] - u[t])
+    log_second = second - math.log(total)
+    e_log_second = e_second / total if e_second > _TINY else math.exp(log_second)
+    for t in range(T):
+        if t == top:
+            h[i, t] = s[i, t] * top_sum
+        else:
+            h[i, t] *= u[t] - u[top] + e_log_second * top_sum
+    return f, _log_slope(loss, Y[i] * f) + log_second
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _gradient(X, Y, Z, U, XV, W, loss, s, outputs, G, h, wz, hidden, u, weights):
+    """G = the direction of dL/dW (entries of order one) and its log scale, as `gradients.weight_gradient`."""
+    n, T, d = X.shape
+    for i in range(n):
+        outputs[i], weights[i] = _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u)
+    log_scale = np.max(weights) - math.log(n)
+    G[:, :] = 0.0
+    for i in range(n):
+        c = -Y[i] * math.exp(weights[i] - math.log(n) - log_scale)
+        for p in range(d):
+            acc = 0.0
+            for t in range(T):
+                acc += h[i, t] * X[i, t, p]
+            acc *= c
+            for q in range(d):
+                G[p, q] += acc * Z[i, q]
+    return log_scale
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _step(W, G, log_scale, lr, normalized, eps):
+    """W -= the step for the gradient direction G, as `train.gd` takes it (normalized as `train._unit`)."""
+    if normalized:
+        scale = 0.0
+        for p in range(G.shape[0]):
+            for q in range(G.shape[1]):
+                scale = max(scale, abs(G[p, q]))
+        if scale == 0.0:
+            return
+        norm = 0.0
+        for p in range(G.shape[0]):
+            for q in range(G.shape[1]):
+                norm += (G[p, q] / scale) ** 2
+        norm = math.sqrt(norm)
+        factor = lr / (scale * norm)
+        if eps > 0:
+            factor /= 1.0 + math.exp(-(log_scale + math.log(scale) + math.log(norm) - math.log(eps)))
+    else:
+        factor = lr * math.exp(log_scale)
+    for p in range(W.shape[0]):
+        for q in range(W.shape[1]):
+            W[p, q] -= factor * G[p, q]
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _run(X, Y, Z, U, XV, W0, loss, steps, lr, normalized, eps, every, Ws, probs, risks):
+    """Every problem's run; records at steps 0, every, ..., and `steps` go to Ws, probs and risks."""
+    B, n, T, d = X.shape
+    W, G, s, h, outputs = np.empty((d, d)), np.empty((d, d)), np.empty((n, T)), np.empty((n, T)), np.empty(n)
+    wz, hidden, u, weights = np.empty(d), np.empty(XV.shape[-1]), np.empty(T), np.empty(n)
+    for b in range(B):
+        Xb, Yb, Zb, Ub, XVb = X[b], Y[b], Z[b], U[b], XV[b]
+        W[:, :] = W0[b]
+        r = 0
+        for k in range(steps + 1):
+            log_scale = _gradient(Xb, Yb, Zb, Ub, XVb, W, loss, s, outputs, G, h, wz, hidden, u, weights)
+            if k % every == 0 or k == steps:
+                Ws[r, b], probs[r, b] = W, s
+                risk = 0.0
+                for i in range(n):
+                    risk += _loss_value(loss, Yb[i] * outputs[i])
+                risks[r, b] = risk / n
+                r += 1
+            if k == steps:
+                break
+            _step(W, G, log_scale, lr, normalized, eps)
+
+
+def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, steps: int, lr: float, normalized: bool,
+       eps: float, every: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(W, probs, risk) recorded at steps 0, every, ..., `steps`, each (records, *batch, ...), as `train.gd`
+    records them; arguments checked by `train.gd`."""
+    batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
+    flat = (int(np.prod(batch)),)
+
+    def array(tensor, shape):
+        return np.ascontiguousarray(torch.broadcast_to(tensor, batch + shape).reshape(flat + shape).numpy())
+    X, Y, Z = array(problem.X, (n, T, d)), array(problem.Y, (n,)), array(queries(problem), (n, d))
+    if isinstance(head, heads.ReLU):
+        V = array(head.V, head.V.shape[-2:])
+        U, XV = np.zeros(flat + (n, T)), X @ V[:, None]
+    else:
+        values = token_values(problem) if head is None else torch.einsum("...ntd,...d->...nt", problem.X, head.v)
+        U, XV = array(values, (n, T)), np.zeros(flat + (n, T, 0))
+    records = len(sorted(set(range(0, steps + 1, every)) | {steps}))
+    Ws, probs, risks = np.empty((records,) + flat + (d, d)), np.empty((records,) + flat + (n, T)), np.empty((records,) + flat)
+    _run(X, Y, Z, U, XV, array(W0, (d, d)), LOSS_CODES[loss], steps, float(lr), normalized, float(eps), every,
+         Ws, probs, risks)
+    return tuple(torch.from_numpy(a).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))

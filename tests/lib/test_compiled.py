@@ -1,0 +1,82 @@
+"""attnsvm.compiled: the compiled gradient descent on W takes the torch loop's steps, for every option it covers."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm import data, heads, train
+
+
+def _both(problem, **options):
+    return [train.gd(problem, engine=engine, **options) for engine in ("compiled", "torch")]
+
+
+def _assert_same_run(compiled, reference, tol=1e-12):
+    np.testing.assert_array_equal(compiled.steps, reference.steps)
+    for name in ("W", "probs", "loss"):
+        got, want = getattr(compiled, name), getattr(reference, name)
+        assert got.shape == want.shape and got.dtype == torch.float64, name
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol * float(want.abs().max()), msg=name)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "linear"])
+@pytest.mark.parametrize("normalized", [True, False])
+def test_engines_take_the_same_steps(loss, normalized):
+    problem = data.random_problem(6, 8, 10, seed=3, batch=8)
+    _assert_same_run(*_both(problem, steps=200, lr=0.1, init="uniform", record_every=40, loss=loss,
+                            normalized=normalized))
+
+
+@pytest.mark.parametrize("batch", [(), (2, 3)])
+def test_engines_agree_on_any_batch_shape(batch):
+    flat = data.random_problem(3, 4, 5, seed=1, batch=6)
+    parts = (getattr(flat, name) for name in "XYZv")
+    problem = flat[0] if not batch else data.Problem(*(part.reshape(batch + part.shape[1:]) for part in parts))
+    _assert_same_run(*_both(problem, steps=50, lr=0.1, init="uniform", record_every=7))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_engines_agree_with_a_relu_head_and_paper_As_eps(shared):
+    problem = data.random_problem(3, 4, 6, seed=2, batch=5)
+    head = heads.random_relu(6, seed=4, batch=None if shared else 5)
+    _assert_same_run(*_both(problem, steps=300, lr=0.1, init="uniform", record_every=100, head=head, eps=2.2e-16))
+
+
+def test_engines_agree_with_an_explicit_linear_head():
+    problem = data.random_problem(4, 5, 6, seed=5, batch=3)
+    head = heads.Linear(torch.randn(3, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    _assert_same_run(*_both(problem, steps=100, lr=0.1, head=head, record_every=25))
+
+
+def test_engines_agree_far_into_saturation():
+    """2000 normalized steps: the logit gaps reach hundreds, every non-selected probability underflows, and
+    both engines still follow the same exact gradient direction."""
+    problem = data.random_problem(6, 8, 10, seed=0, batch=20)
+    compiled, reference = _both(problem, steps=2000, lr=0.1, record_every=500)
+    assert (reference.probs[-1].amax(-1) == 1).float().mean() > 0.5  # saturated in float64
+    _assert_same_run(compiled, reference, tol=1e-9)
+
+
+def test_auto_engine_is_the_compiled_one_where_it_applies():
+    problem = data.random_problem(3, 4, 5, seed=1, batch=2)
+    auto, compiled = (train.gd(problem, steps=20, lr=0.1, engine=e) for e in ("auto", "compiled"))
+    assert torch.equal(auto.W, compiled.W)
+    lam = heads.Lambda(torch.ones(5), 0.1)  # no compiled lambda head: auto falls back to torch
+    torch.testing.assert_close(train.gd(problem, steps=5, lr=0.1, head=lam).W,
+                               train.gd(problem, steps=5, lr=0.1, head=lam, engine="torch").W, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(param="KQ"), 'trains W only'),
+    (dict(gradient="autograd"), "exact gradient only"),
+    (dict(head=heads.Lambda(torch.ones(5), 0.1)), "no Lambda head"),
+])
+def test_compiled_engine_names_what_it_cannot_run(options, reason):
+    problem = data.random_problem(3, 4, 5, seed=1)
+    with pytest.raises(ValueError, match=f'engine="compiled" cannot run this training: .*{reason}'):
+        train.gd(problem, steps=2, lr=0.1, engine="compiled", **options)
+
+
+def test_unknown_engine_is_rejected():
+    with pytest.raises(ValueError, match="engine"):
+        train.gd(data.random_problem(3, 4, 5, seed=1), steps=2, lr=0.1, engine="numba")
