@@ -18,14 +18,14 @@ COUNT, DIMENSIONS = 500, (4, 6, 8, 10)
 
 def main() -> None:
     attnsvm.setup(seed=0)
-    stored = {"count": COUNT, "seeds": {}, "tried": {}, "seconds": {}}  # seconds: cumulative, workers started included
-    started = time.perf_counter()
-    with multitoken.worker_pool(os.cpu_count()) as pool:
+    stored = {"count": COUNT, "seeds": {}, "tried": {}, "seconds": {}}
+    with multitoken.worker_pool(os.cpu_count()) as pool:  # started once (the first search's time includes it)
         for d in DIMENSIONS:
+            started = time.perf_counter()
             seeds, tried = multitoken.search(d, COUNT, workers=os.cpu_count(), pool=pool)
             stored["seeds"][str(d)], stored["tried"][str(d)] = seeds, tried
             stored["seconds"][str(d)] = round(time.perf_counter() - started, 1)
-            print(f"d = {d:>2}: {COUNT} accepted of {tried} candidates, {stored['seconds'][str(d)]} s from the start")
+            print(f"d = {d:>2}: {COUNT} accepted of {tried} candidates in {stored['seconds'][str(d)]} s")
     cpuinfo = Path("/proc/cpuinfo")
     models = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
               if line.startswith("model name")]
