@@ -85,7 +85,7 @@ student: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
-# Chapter 5's stored seeds: the first 500 runs per d that pass paper A's E5.1 filter (about 10 minutes).
+# Chapter 5's stored seeds: the first 500 runs per d that pass paper A's E5.1 filter (about 2 minutes).
 e51-seeds: setup
 	$(BIN)/python tools/e51_seeds.py
 

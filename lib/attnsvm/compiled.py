@@ -3,7 +3,7 @@
 At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is
 some fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the
 same step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the
-top-token sum), with every intermediate in registers, several times faster. It covers the W
+top-token sum), in a few small buffers it reuses, several times faster. It covers the W
 parameterization with a linear or ReLU head and any loss of `model.LOSSES`; `train.gd` uses it on the CPU
 where it applies and the torch loop everywhere else. The two agree to round-off step by step (tests/lib);
 over thousands of steps a run can amplify round-off, as it would a change of BLAS.
@@ -57,6 +57,7 @@ def _log_slope(loss, x):
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
 def _loss_value(loss, x):
+    """l(x) for the loss with code `loss`."""
     if loss == 0:
         return _log1pexp(-x)
     return math.exp(-x) if loss == 1 else -x
@@ -213,7 +214,7 @@ def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, steps: int, lr: f
     else:
         values = token_values(problem) if head is None else torch.einsum("...ntd,...d->...nt", problem.X, head.v)
         U, XV = array(values, (n, T)), np.zeros(flat + (n, T, 0))
-    records = len(sorted(set(range(0, steps + 1, every)) | {steps}))
+    records = len(set(range(0, steps + 1, every)) | {steps})
     Ws, probs, risks = np.empty((records,) + flat + (d, d)), np.empty((records,) + flat + (n, T)), np.empty((records,) + flat)
     _run(X, Y, Z, U, XV, array(W0, (d, d)), LOSS_CODES[loss], steps, float(lr), normalized, float(eps), every,
          Ws, probs, risks)
