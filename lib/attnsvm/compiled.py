@@ -24,6 +24,7 @@ from .model import LOSSES, queries, token_values
 # Reassociation lets sums of products vectorize; no assumption about infinities (the masked logits are -inf).
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
 _TINY = 1e-290  # below this, e^x is taken in log space: a quotient of subnormals would lose digits
+_UNDERFLOW = -746.0  # e^x rounds to 0 below about -745.13; libm's exp takes a slow path down there
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}  # logistic, exponential, linear
 HEADS = (type(None), heads.Linear, heads.ReLU)
 
@@ -42,9 +43,15 @@ def supports(param: str, head, gradient: str, device: torch.device) -> str | Non
 
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _exp(x):
+    """e^x, skipping libm where it is 0 (the result is the same; the time is not)."""
+    return 0.0 if x < _UNDERFLOW else math.exp(x)
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
 def _log1pexp(x):
     """log(1 + e^x) without overflow."""
-    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+    return max(x, 0.0) + math.log1p(_exp(-abs(x)))
 
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
@@ -82,21 +89,20 @@ def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
         h[i, t] = acc
         if acc > largest:
             top, largest = t, acc
-    total, second = 0.0, -np.inf  # second: the largest logit off the top token, shifted
+    total, second, e_second = 0.0, -np.inf, 0.0  # second: the largest logit off the top token, shifted
     for t in range(T):
         h[i, t] -= largest
-        if t != top:
-            second = max(second, h[i, t])
-        s[i, t] = math.exp(h[i, t])
+        s[i, t] = 1.0 if t == top else _exp(h[i, t])
+        if t != top and h[i, t] > second:
+            second, e_second = h[i, t], s[i, t]
         total += s[i, t]
-    e_second = math.exp(second)
     for t in range(T):  # h becomes the ratio s_it / e^{L_i} = e^{shifted - second}
         if t == top:
             h[i, t] = 0.0
         elif s[i, t] > _TINY and e_second > _TINY:
             h[i, t] = s[i, t] / e_second
         else:
-            h[i, t] = math.exp(h[i, t] - second)
+            h[i, t] = _exp(h[i, t] - second)
         s[i, t] /= total
     f = 0.0
     if k:  # ReLU head: XV = x_t^T V, so hidden = a^T V = sum_t s_t XV_t and u_t = x_t^T slope
@@ -120,7 +126,7 @@ def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
     for t in range(T):
         top_sum += h[i, t] * (u[top] - u[t])
     log_second = second - math.log(total)
-    e_log_second = e_second / total if e_second > _TINY else math.exp(log_second)
+    e_log_second = e_second / total if e_second > _TINY else _exp(log_second)
     for t in range(T):
         if t == top:
             h[i, t] = s[i, t] * top_sum
@@ -138,7 +144,7 @@ def _gradient(X, Y, Z, U, XV, W, loss, s, outputs, G, h, wz, hidden, u, weights)
     log_scale = np.max(weights) - math.log(n)
     G[:, :] = 0.0
     for i in range(n):
-        c = -Y[i] * math.exp(weights[i] - math.log(n) - log_scale)
+        c = -Y[i] * _exp(weights[i] - math.log(n) - log_scale)
         for p in range(d):
             acc = 0.0
             for t in range(T):
