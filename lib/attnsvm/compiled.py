@@ -141,10 +141,11 @@ def _gradient(X, Y, Z, U, XV, W, loss, s, outputs, G, h, wz, hidden, u, weights)
     n, T, d = X.shape
     for i in range(n):
         outputs[i], weights[i] = _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u)
-    log_scale = np.max(weights) - math.log(n)
+    log_n = math.log(n)
+    log_scale = np.max(weights) - log_n
     G[:, :] = 0.0
     for i in range(n):
-        c = -Y[i] * _exp(weights[i] - math.log(n) - log_scale)
+        c = -Y[i] * _exp(weights[i] - log_n - log_scale)
         for p in range(d):
             acc = 0.0
             for t in range(T):
@@ -181,8 +182,8 @@ def _step(W, G, log_scale, lr, normalized, eps):
 
 
 @numba.njit(cache=True, fastmath=_FAST)
-def _run(X, Y, Z, U, XV, W0, loss, steps, lr, normalized, eps, every, Ws, probs, risks):
-    """Every problem's run; records at steps 0, every, ..., and `steps` go to Ws, probs and risks."""
+def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks):
+    """Every problem's run to step record[-1]; the iterates at the steps `record` go to Ws, probs and risks."""
     B, n, T, d = X.shape
     W, G, s, h, outputs = np.empty((d, d)), np.empty((d, d)), np.empty((n, T)), np.empty((n, T)), np.empty(n)
     wz, hidden, u, weights = np.empty(d), np.empty(XV.shape[-1]), np.empty(T), np.empty(n)
@@ -190,24 +191,24 @@ def _run(X, Y, Z, U, XV, W0, loss, steps, lr, normalized, eps, every, Ws, probs,
         Xb, Yb, Zb, Ub, XVb = X[b], Y[b], Z[b], U[b], XV[b]
         W[:, :] = W0[b]
         r = 0
-        for k in range(steps + 1):
+        for k in range(record[-1] + 1):
             log_scale = _gradient(Xb, Yb, Zb, Ub, XVb, W, loss, s, outputs, G, h, wz, hidden, u, weights)
-            if k % every == 0 or k == steps:
+            if k == record[r]:
                 Ws[r, b], probs[r, b] = W, s
                 risk = 0.0
                 for i in range(n):
                     risk += _loss_value(loss, Yb[i] * outputs[i])
                 risks[r, b] = risk / n
                 r += 1
-            if k == steps:
+            if r == len(record):
                 break
             _step(W, G, log_scale, lr, normalized, eps)
 
 
-def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, steps: int, lr: float, normalized: bool,
-       eps: float, every: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(W, probs, risk) recorded at steps 0, every, ..., `steps`, each (records, *batch, ...), as `train.gd`
-    records them; arguments checked by `train.gd`."""
+def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, lr: float, normalized: bool, eps: float,
+       record: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(W, probs, risk) recorded at the increasing steps `record` (the last is the last step), each
+    (records, *batch, ...); arguments checked by `train.gd`."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     flat = (int(np.prod(batch)),)
 
@@ -218,10 +219,9 @@ def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, steps: int, lr: f
         V = array(head.V, head.V.shape[-2:])
         U, XV = np.zeros(flat + (n, T)), X @ V[:, None]
     else:
-        values = token_values(problem) if head is None else torch.einsum("...ntd,...d->...nt", problem.X, head.v)
-        U, XV = array(values, (n, T)), np.zeros(flat + (n, T, 0))
-    records = len(set(range(0, steps + 1, every)) | {steps})
+        U, XV = array(token_values(problem, None if head is None else head.v), (n, T)), np.zeros(flat + (n, T, 0))
+    records = len(record)
     Ws, probs, risks = np.empty((records,) + flat + (d, d)), np.empty((records,) + flat + (n, T)), np.empty((records,) + flat)
-    _run(X, Y, Z, U, XV, array(W0, (d, d)), LOSS_CODES[loss], steps, float(lr), normalized, float(eps), every,
-         Ws, probs, risks)
+    _run(X, Y, Z, U, XV, array(W0, (d, d)), LOSS_CODES[loss], float(lr), normalized, float(eps),
+         np.asarray(record, dtype=np.int64), Ws, probs, risks)
     return tuple(torch.from_numpy(a).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))

@@ -71,9 +71,9 @@ def attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits(problem, W), dim=-1)
 
 
-def token_values(problem: Problem) -> torch.Tensor:
-    """The head applied to each token, u_it = v^T x_it, shape (..., n, T)."""
-    return torch.einsum("...ntd,...d->...nt", problem.X, problem.v)
+def token_values(problem: Problem, v: torch.Tensor | None = None) -> torch.Tensor:
+    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T); v: the problem's by default."""
+    return torch.einsum("...ntd,...d->...nt", problem.X, problem.v if v is None else v)
 
 
 def outputs(problem: Problem, W, head=None) -> torch.Tensor:

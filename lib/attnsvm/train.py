@@ -126,12 +126,12 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     unsupported = compiled.supports(param, head, gradient, problem.X.device)
     if choice(engine, "engine", ENGINES) == "compiled" and unsupported:
         raise ValueError(f'engine="compiled" cannot run this training: {unsupported}; use engine="auto" or "torch"')
-    if engine != "torch" and not unsupported:
-        W, probs, risk = compiled.gd(problem, params[0], head, loss=loss, steps=steps, lr=lr, normalized=normalized,
-                                     eps=eps, every=record_every)
-        return Trajectory(steps=np.array(_Recorder(steps, record_every).steps), probs=probs, loss=risk, W=W)
-    values = token_values(problem) if head is None else None
     recorder = _Recorder(steps, record_every)
+    if engine != "torch" and not unsupported:
+        W, probs, risk = compiled.gd(problem, params[0], head, loss=loss, lr=lr, normalized=normalized, eps=eps,
+                                     record=recorder.steps)
+        return Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W)
+    values = token_values(problem) if head is None else None
     for k in range(steps + 1):
         W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
         if gradient == "exact":

@@ -40,6 +40,14 @@ def test_search_refinds_the_stored_seeds(d, count, chunk, workers):
     assert seeds == mt.stored_seeds(d)[:count] and tried == seeds[-1]
 
 
+def test_searches_can_share_a_pool():
+    """Two searches in one pool of workers (as `make e51-seeds` runs the four d): the pool outlives the first."""
+    with mt.worker_pool(2) as pool:
+        first, _ = mt.search(4, 4, chunk=8, workers=2, pool=pool)
+        second, _ = mt.search(4, 4, start=first[-1] + 1, chunk=8, workers=2, pool=pool)
+    assert first + second == mt.stored_seeds(4)[:8]
+
+
 def test_select_keeps_the_chosen_runs(candidates):
     keep = mt.passes_filter(candidates)
     chosen = mt.select(candidates, keep)
