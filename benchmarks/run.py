@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import attnsvm
-from attnsvm import data, multitoken, svm, theory, train
+from attnsvm import data, multitoken, ranks, svm, theory, train
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
@@ -109,22 +109,13 @@ def e41(share: int) -> None:
 
 
 def e22(share: int) -> None:
-    """Paper A's E2.2 rank grid: 8 values of d x 5 (n, T), 100 feasible instances each (or as many as 2000 draws
-    give), both SVMs. The reference would check every draw with a cvxpy solve and solve the nuclear-norm SVM of
-    every feasible one: it is estimated from `share` timed draws and solves per grid point, times the numbers of
-    draws and feasible problems the library needed."""
+    """Paper A's E2.2 rank grid as Chapter 2 computes it (`ranks.grid`, two processes): 8 values of d x 5 (n, T),
+    100 feasible instances each (or as many as 2000 draws give), both SVMs. The reference would check every
+    draw with a cvxpy solve and solve the nuclear-norm SVM of every feasible one: it is estimated from `share`
+    timed draws and solves per grid point, times the numbers of draws and feasible problems the library needed."""
     grid = [(n, 5, d) for n in (5, 10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
     grid += [(5, T, d) for T in (10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
-    counts = {}
-
-    def library():
-        for n, T, d in grid:
-            found, alpha, draws = theory.sample_feasible(n, T, d, count=100, seed=d, max_draws=2000)
-            counts[n, T, d] = (draws, found.batch_shape[0])
-            if found.batch_shape[0]:
-                for norm in ("fro", "nuc"):
-                    np.linalg.matrix_rank(svm.att_svm(found.X, found.Z, alpha, norm), tol=1e-7)
-    t_lib, _ = timed(library, 1)
+    t_lib, results = timed(lambda: ranks.grid(grid, workers=2), 1)
     estimate = 0.0
     for n, T, d in grid:
         problems = data.random_problem(n, T, d, seed=d, batch=share)
@@ -132,10 +123,10 @@ def e22(share: int) -> None:
         X, Z = problems.X.numpy(), problems.Z.numpy()
         check, _ = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], "fro") for b in range(share)], 1)
         solve, _ = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], "nuc") for b in range(share)], 1)
-        draws, found = counts[n, T, d]
-        estimate += (check * draws + solve * found) / share
+        spectra = results[n, T, d]
+        estimate += (check * spectra.draws + solve * spectra.values.shape[1]) / share
     row("E2.2 rank grid, 40 points x 100 feasible", estimate, t_lib, "ranks: see Chapter 2",
-        f"(reference estimated from {share} solves per point)")
+        f"(2 processes; reference estimated from {share} solves per point)")
 
 
 def e51(share: int) -> None:

@@ -19,7 +19,7 @@ COUNT, DIMENSIONS = 500, (4, 6, 8, 10)
 def main() -> None:
     attnsvm.setup(seed=0)
     stored = {"count": COUNT, "seeds": {}, "tried": {}, "seconds": {}}
-    with multitoken.worker_pool(os.cpu_count()) as pool:  # started once (the first search's time includes it)
+    with attnsvm.worker_pool(os.cpu_count()) as pool:  # started once (the first search's time includes it)
         for d in DIMENSIONS:
             started = time.perf_counter()
             seeds, tried = multitoken.search(d, COUNT, workers=os.cpu_count(), pool=pool)

@@ -1,11 +1,11 @@
 """attnsvm: attention as max-margin token selection.
 
-Modules: `data` (problem instances), `model` (the attention model and losses), `theory` (token scores,
-optimal and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm`
-(Att-SVM solvers; `nuclear` is its batched interior-point method), `train` (gradient descent, the
-regularization path, paper B's prompt model; the gradients themselves are in `gradients`, the compiled loop
-for W on the CPU in `compiled`), `heads` (linear, ReLU and lambda heads), `multitoken` (paper A's ReLU-head
-experiment and its run filter), `causal` (every token a query: causal and seq2seq attention, the synthetic
+Modules: `data` (problem instances), `model` (the attention model and losses), `theory` (token scores, optimal
+and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm` (Att-SVM solvers;
+`nuclear` is its batched interior-point method), `train` (gradient descent, the regularization path, paper B's
+prompt model; the gradients themselves are in `gradients`, the compiled loop for W on the CPU in `compiled`),
+`heads` (linear, ReLU and lambda heads), `multitoken` (paper A's ReLU-head experiment and its run filter),
+`ranks` (paper A's rank experiment), `causal` (every token a query: causal and seq2seq attention, the synthetic
 language, the causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds),
 `plots` (the book's figure style and tables), `widgets` (explorers), `exercises` (self-checks). Call `setup()`
 once at the top of a chapter.
@@ -13,9 +13,9 @@ once at the top of a chapter.
 
 from importlib.metadata import version as _version
 
-from . import causal, data, exercises, heads, model, multitoken, nuclear, plots, svm, tensor, theory, train, widgets
-from .session import elapsed, setup
+from . import causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train, widgets
+from .session import elapsed, setup, worker_pool
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "InfeasibleSVM", "__version__"]
+__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM", "__version__"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -122,28 +121,18 @@ def _accepted(d: int, first: int, chunk: int) -> list[int]:
     return [int(s) for s in runs.seeds[passes_filter(runs)]]
 
 
-def _worker_setup() -> None:
-    session.setup(quiet=True)  # float64, one thread: as in the calling process
-
-
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes for `search`, to reuse across searches (starting one takes seconds)."""
-    return ProcessPoolExecutor(positive_int(workers, "workers"), mp_context=get_context("spawn"),
-                               initializer=_worker_setup)
-
-
 def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int = 1,
            pool: ProcessPoolExecutor | None = None) -> tuple[list[int], int]:
     """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
 
     Candidates are trained in chunks of `chunk` seeds, `workers` chunks at a time in separate processes (a run
     does not depend on the others in its batch, so the answer does not depend on `chunk` or `workers`).
-    pool: processes from `worker_pool(workers)` to use; by default the search starts its own when workers > 1.
+    pool: processes from `attnsvm.worker_pool(workers)` to use; by default the search starts its own when workers > 1.
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
     chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")
     own = pool is None and workers > 1
-    pool = worker_pool(workers) if own else pool
+    pool = session.worker_pool(workers) if own else pool
     accepted, first = [], start
     try:
         while len(accepted) < count:

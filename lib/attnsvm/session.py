@@ -5,7 +5,10 @@ from __future__ import annotations
 import platform
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from importlib.metadata import version
+from multiprocessing import get_context
 
 import numpy as np
 import torch
@@ -47,3 +50,11 @@ def setup(seed: int = 0, threads: int = 1, *, quiet: bool = False) -> None:
 def elapsed() -> None:
     """Print the seconds since `setup()`: the chapter's execution time."""
     print(f"This chapter executed in {time.perf_counter() - _started:.1f} s.")
+
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """`workers` new processes, each set up as by `setup()` (float64, one thread), for experiments that spread
+    independent parts over cores. Starting one takes seconds (it imports the library): reuse a pool."""
+    return ProcessPoolExecutor(positive_int(workers, "workers"), mp_context=get_context("spawn"),
+                               initializer=partial(setup, quiet=True))

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import cvxpy as cp
 import numpy as np
 from scipy.optimize import nnls
 
@@ -122,6 +121,7 @@ def _polish(A: np.ndarray, h: np.ndarray, lam: np.ndarray):
 @lru_cache(maxsize=64)
 def _cvx_problem(norm: str, k: int, d: int, solver: str):
     """A cvxpy Att-SVM with the constraint matrix as a parameter: compiled once per (norm, size, solver)."""
+    import cvxpy as cp  # here, not at the top: importing it takes a second that only the cvxpy solvers need
     A = cp.Parameter((k, d * d))
     W = cp.Variable((d, d))
     margin = A @ cp.vec(W, order="C") >= 1
@@ -135,6 +135,8 @@ def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str, options: dict | No
     options override the solver settings (by default tight tolerances, but Clarabel's own 1e-8 for the SDP,
     where tighter ones fail).
     """
+    import cvxpy as cp
+
     problem, A_param, W, margin = _cvx_problem(norm, A.shape[0], d, solver)
     A_param.value = A
     if solver == "clarabel":

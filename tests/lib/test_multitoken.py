@@ -42,7 +42,7 @@ def test_search_refinds_the_stored_seeds(d, count, chunk, workers):
 
 def test_searches_can_share_a_pool():
     """Two searches in one pool of workers (as `make e51-seeds` runs the four d): the pool outlives the first."""
-    with mt.worker_pool(2) as pool:
+    with attnsvm.worker_pool(2) as pool:
         first, _ = mt.search(4, 4, chunk=8, workers=2, pool=pool)
         second, _ = mt.search(4, 4, start=first[-1] + 1, chunk=8, workers=2, pool=pool)
     assert first + second == mt.stored_seeds(4)[:8]
