@@ -169,7 +169,9 @@ def chapter(name: str) -> None:
 
 
 def gd_floor() -> None:
-    """Time per iteration per problem of the W-model step, on both engines, against the arithmetic floor."""
+    """Time per iteration per problem of the W-model step, on both engines, against the arithmetic floor: the
+    steady state, after one untimed run (the first call of the compiled engine in a process loads its loop from
+    Numba's cache, ~0.4 s, which would count as ~8 us per step here)."""
     a = torch.randn(512, 512, dtype=torch.float64)
     seconds, _ = timed(lambda: a @ a, 5)
     rate = 2 * 512**3 / seconds
@@ -178,6 +180,7 @@ def gd_floor() -> None:
     floor = flops / rate
     problems = data.random_problem(n, T, d, seed=0, batch=B)
     for engine in ("torch", "compiled"):
+        train.gd(problems, steps=1, lr=0.1, engine=engine)
         t, _ = timed(lambda: train.gd(problems, steps=500, lr=0.1, record_every=500, engine=engine), 3)
         per = t / 500 / B
         print(f"  GD step ({engine}), (6,8,10), batch {B}: {per * 1e6:.2f} us per iteration per problem; "
