@@ -13,9 +13,11 @@ once at the top of a chapter.
 
 from importlib.metadata import version as _version
 
-from . import causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train, widgets
+from . import (causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train,
+               widgets)
 from .session import elapsed, setup, worker_pool
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM", "__version__"]
+__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor",
+           "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM", "__version__"]

@@ -127,7 +127,8 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
 
     Candidates are trained in chunks of `chunk` seeds, `workers` chunks at a time in separate processes (a run
     does not depend on the others in its batch, so the answer does not depend on `chunk` or `workers`).
-    pool: processes from `attnsvm.worker_pool(workers)` to use; by default the search starts its own when workers > 1.
+    pool: processes from `attnsvm.worker_pool(workers)` to use; by default the search starts its own when
+    workers > 1.
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
     chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")

@@ -39,9 +39,12 @@ def spectra(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000) 
 
 def grid(points, *, count: int = 100, max_draws: int = 2000, workers: int = 1) -> dict[tuple, Spectra]:
     """`spectra` at every (n, T, d) of `points`, computed by `workers` processes (one: in this process)."""
-    points = [tuple(point) for point in points]
+    try:
+        points = [tuple(point) for point in points]
+    except TypeError:
+        points = []
     if not points or any(len(point) != 3 for point in points):
-        raise ValueError(f"points must be a non-empty list of (n, T, d) triples, got {points}")
+        raise ValueError("points must be a non-empty list of (n, T, d) triples, e.g. [(5, 5, 10), (5, 5, 20)]")
     workers = positive_int(workers, "workers")
     point_spectra = partial(spectra, count=count, max_draws=max_draws)
     if workers == 1:

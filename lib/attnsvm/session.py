@@ -52,7 +52,6 @@ def elapsed() -> None:
     print(f"This chapter executed in {time.perf_counter() - _started:.1f} s.")
 
 
-
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """`workers` new processes, each set up as by `setup()` (float64, one thread), for experiments that spread
     independent parts over cores. Starting one takes seconds (it imports the library): reuse a pool."""

@@ -32,8 +32,9 @@ def test_workers_give_the_same_grid():
         assert serial[point].draws == parallel[point].draws
 
 
-@pytest.mark.parametrize("points, workers, match", [([], 1, "points must"), ([(3, 4)], 1, "points must"),
-                                                    ([(3, 4, 5)], 0, "workers must"), ([(0, 4, 5)], 1, "n must")])
+@pytest.mark.parametrize("points, workers, match", [
+    ([], 1, "points must"), ([(3, 4)], 1, "points must"), ([3, 4, 5], 1, "points must"),
+    ([(3, 4, 5)], 0, "workers must"), ([(0, 4, 5)], 1, "n must")])
 def test_bad_arguments_are_named(points, workers, match):
     with pytest.raises(ValueError, match=match):
         ranks.grid(points, workers=workers)
