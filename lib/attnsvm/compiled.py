@@ -3,7 +3,9 @@
 At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is
 some fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the
 same step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the
-top-token sum), in a few small buffers it reuses, several times faster. It covers the W
+top-token sum), in a few small buffers it reuses, several times faster. It keeps the products W z_i, not W:
+the gradient sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations
+(n d^2 for W itself), and W is formed only at the recorded steps. It covers the W
 parameterization with a linear or ReLU head and any loss of `model.LOSSES`; `train.gd` uses it on the CPU
 where it applies and the torch loop everywhere else. The two agree to round-off step by step (tests/lib);
 over thousands of steps a run can amplify round-off, as it would a change of BLAS.
@@ -71,21 +73,16 @@ def _loss_value(loss, x):
 
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
-def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
+def _sequence(i, X, Y, U, XV, WZ, loss, s, h, hidden, u):
     """Sequence i's softmax s[i], output f and logit gradient h[i] (its weight apart), as
-    `gradients.logit_gradient`: returns (f, log weight = log|dL/df_i| + L_i without the 1/n). Arrays are
-    indexed, never sliced: in this loop a slice costs more than a sequence's arithmetic."""
+    `gradients.logit_gradient`, from WZ[i] = W z_i: returns (f, log weight = log|dL/df_i| + L_i without the 1/n).
+    Arrays are indexed, never sliced: in this loop a slice costs more than a sequence's arithmetic."""
     T, d, k = X.shape[1], X.shape[2], XV.shape[-1]
-    for p in range(d):
-        acc = 0.0
-        for q in range(d):
-            acc += W[p, q] * Z[i, q]
-        wz[p] = acc
     top, largest = 0, -np.inf
     for t in range(T):
         acc = 0.0
         for p in range(d):
-            acc += X[i, t, p] * wz[p]
+            acc += X[i, t, p] * WZ[i, p]
         h[i, t] = acc
         if acc > largest:
             top, largest = t, acc
@@ -107,16 +104,17 @@ def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
     f = 0.0
     if k:  # ReLU head: XV = x_t^T V, so hidden = a^T V = sum_t s_t XV_t and u_t = x_t^T slope
         for c in range(k):
-            acc = 0.0
-            for t in range(T):
-                acc += s[i, t] * XV[i, t, c]
-            hidden[c] = acc
-            f += max(acc, 0.0)
+            hidden[c] = 0.0
+        for t in range(T):
+            for c in range(k):
+                hidden[c] += s[i, t] * XV[i, t, c]
+        for c in range(k):
+            f += max(hidden[c], 0.0)
+            hidden[c] = 1.0 if hidden[c] > 0 else 0.0  # the ReLU's slope
         for t in range(T):
             acc = 0.0
             for c in range(k):
-                if hidden[c] > 0:
-                    acc += XV[i, t, c]
+                acc += hidden[c] * XV[i, t, c]
             u[t] = acc
     else:
         for t in range(T):
@@ -136,65 +134,90 @@ def _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u):
 
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
-def _gradient(X, Y, Z, U, XV, W, loss, s, outputs, G, h, wz, hidden, u, weights):
-    """G = the direction of dL/dW (entries of order one) and its log scale, as `gradients.weight_gradient`."""
+def _gradient(X, Y, U, XV, WZ, loss, s, outputs, A, h, hidden, u, weights):
+    """dL/dW = e^{log scale} sum_i A[i] z_i^T (as `gradients.weight_gradient`; A of order one): fills A, returns
+    the log scale."""
     n, T, d = X.shape
     for i in range(n):
-        outputs[i], weights[i] = _sequence(i, X, Z, Y, U, XV, W, loss, s, h, wz, hidden, u)
+        outputs[i], weights[i] = _sequence(i, X, Y, U, XV, WZ, loss, s, h, hidden, u)
     log_n = math.log(n)
     log_scale = np.max(weights) - log_n
-    G[:, :] = 0.0
     for i in range(n):
         c = -Y[i] * _exp(weights[i] - log_n - log_scale)
         for p in range(d):
-            acc = 0.0
-            for t in range(T):
-                acc += h[i, t] * X[i, t, p]
-            acc *= c
-            for q in range(d):
-                G[p, q] += acc * Z[i, q]
+            A[i, p] = 0.0
+        for t in range(T):
+            coefficient = c * h[i, t]
+            for p in range(d):
+                A[i, p] += coefficient * X[i, t, p]
     return log_scale
 
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
-def _step(W, G, log_scale, lr, normalized, eps):
-    """W -= the step for the gradient direction G, as `train.gd` takes it (normalized as `train._unit`)."""
+def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps):
+    """The step W -= factor G for G = sum_i A[i] z_i^T, as `train.gd` takes it (normalized as `train._unit`),
+    made on WZ[i] = W z_i, through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
+    ||G||_F^2 = sum_i A[i] . R[i]."""
+    n, d = A.shape
+    scale = 0.0
+    for i in range(n):
+        for p in range(d):
+            scale = max(scale, abs(A[i, p]))
+    if scale == 0.0:
+        return
+    norm = 0.0
+    for i in range(n):
+        for p in range(d):
+            acc = 0.0
+            for j in range(n):
+                acc += gram[i, j] * A[j, p]
+            R[i, p] = acc
+            norm += (A[i, p] / scale) * (acc / scale)
     if normalized:
-        scale = 0.0
-        for p in range(G.shape[0]):
-            for q in range(G.shape[1]):
-                scale = max(scale, abs(G[p, q]))
-        if scale == 0.0:
+        if norm <= 0.0:  # G = 0 up to round-off
             return
-        norm = 0.0
-        for p in range(G.shape[0]):
-            for q in range(G.shape[1]):
-                norm += (G[p, q] / scale) ** 2
         norm = math.sqrt(norm)
         factor = lr / (scale * norm)
         if eps > 0:
-            factor /= 1.0 + math.exp(-(log_scale + math.log(scale) + math.log(norm) - math.log(eps)))
+            factor /= 1.0 + math.exp(-(log_scale + math.log(scale * norm / eps)))
     else:
         factor = lr * math.exp(log_scale)
-    for p in range(W.shape[0]):
-        for q in range(W.shape[1]):
-            W[p, q] -= factor * G[p, q]
+    for i in range(n):
+        for p in range(d):
+            WZ[i, p] -= factor * R[i, p]
+            B[i, p] += factor * A[i, p]
 
 
 @numba.njit(cache=True, fastmath=_FAST)
 def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks):
     """Every problem's run to step record[-1]; the iterates at the steps `record` go to Ws, probs and risks."""
-    B, n, T, d = X.shape
-    W, G, s, h, outputs = np.empty((d, d)), np.empty((d, d)), np.empty((n, T)), np.empty((n, T)), np.empty(n)
-    wz, hidden, u, weights = np.empty(d), np.empty(XV.shape[-1]), np.empty(T), np.empty(n)
-    for b in range(B):
-        Xb, Yb, Zb, Ub, XVb = X[b], Y[b], Z[b], U[b], XV[b]
-        W[:, :] = W0[b]
+    batch, n, T, d = X.shape
+    WZ, A, B, R, gram = np.empty((n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, n))
+    s, h, outputs, hidden, u, weights = np.empty((n, T)), np.empty((n, T)), np.empty(n), np.empty(XV.shape[-1]), \
+        np.empty(T), np.empty(n)
+    for b in range(batch):
+        Xb, Yb, Zb, Ub, XVb, W0b = X[b], Y[b], Z[b], U[b], XV[b], W0[b]
+        for i in range(n):
+            for j in range(n):
+                acc = 0.0
+                for q in range(d):
+                    acc += Zb[i, q] * Zb[j, q]
+                gram[i, j] = acc
+            for p in range(d):
+                acc = 0.0
+                for q in range(d):
+                    acc += W0b[p, q] * Zb[i, q]
+                WZ[i, p] = acc
+        B[:, :] = 0.0
         r = 0
         for k in range(record[-1] + 1):
-            log_scale = _gradient(Xb, Yb, Zb, Ub, XVb, W, loss, s, outputs, G, h, wz, hidden, u, weights)
+            log_scale = _gradient(Xb, Yb, Ub, XVb, WZ, loss, s, outputs, A, h, hidden, u, weights)
             if k == record[r]:
-                Ws[r, b], probs[r, b] = W, s
+                Ws[r, b], probs[r, b] = W0b, s
+                for i in range(n):
+                    for p in range(d):
+                        for q in range(d):
+                            Ws[r, b, p, q] -= B[i, p] * Zb[i, q]
                 risk = 0.0
                 for i in range(n):
                     risk += _loss_value(loss, Yb[i] * outputs[i])
@@ -202,7 +225,7 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
                 r += 1
             if r == len(record):
                 break
-            _step(W, G, log_scale, lr, normalized, eps)
+            _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps)
 
 
 def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, lr: float, normalized: bool, eps: float,

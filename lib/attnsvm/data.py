@@ -6,6 +6,7 @@ X (..., n, T, d) tokens, Y (..., n) labels in {-1, +1}, Z (..., n, d) query toke
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -92,19 +93,34 @@ def unit_rows(tensor: torch.Tensor) -> torch.Tensor:
     return tensor / tensor.norm(dim=-1, keepdim=True)
 
 
-def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None, device=None) -> Problem:
+def random_problem(n: int, T: int, d: int, *, seed, batch: int | None = None, device=None) -> Problem:
     """The papers' random instance: unit-norm Gaussian tokens and queries, a unit head v, labels +-1 w.p. 1/2.
 
     With `batch=B` it returns B independent problems (leading dimension B) drawn from one seeded generator.
+    With a list of seeds, problem b is `random_problem(n, T, d, seed=seed[b])`: each one can be drawn alone.
     """
     n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
-    shape = () if batch is None else (positive_int(batch, "batch"),)
-    gen = torch.Generator().manual_seed(int(seed))
+    if isinstance(seed, numbers.Integral):
+        shape = () if batch is None else (positive_int(batch, "batch"),)
+        return Problem(*_draw(n, T, d, int(seed), shape), device=device)
+    try:
+        seeds = [int(s) for s in seed]
+    except (TypeError, ValueError):
+        raise ValueError(f"seed must be an integer or a list of integers, got {seed!r}") from None
+    if batch is not None or not seeds:
+        raise ValueError("with a list of seeds, random_problem draws one problem per seed: pass a non-empty "
+                         "list and no batch")
+    return Problem(*(torch.stack(parts) for parts in zip(*(_draw(n, T, d, s, ()) for s in seeds))), device=device)
+
+
+def _draw(n: int, T: int, d: int, seed: int, shape: tuple) -> tuple[torch.Tensor, ...]:
+    """X, Y, Z, v of `random_problem`, a batch of `shape`, from one generator."""
+    gen = torch.Generator().manual_seed(seed)
     X = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
     Z = unit_rows(torch.randn(shape + (n, d), generator=gen, dtype=torch.float64))
     v = unit_rows(torch.randn(shape + (d,), generator=gen, dtype=torch.float64))
     Y = torch.randint(0, 2, shape + (n,), generator=gen).to(torch.float64) * 2 - 1
-    return Problem(X, Y, Z, v, device=device)
+    return X, Y, Z, v
 
 
 def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) -> Problem:

@@ -14,6 +14,7 @@ it (Chapter 5 compares exact normalized steps, eps = 0).
 from __future__ import annotations
 
 import json
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,7 @@ class Runs:
 
 def _draw(d: int, seeds: np.ndarray) -> tuple[data.Problem, heads.ReLU, torch.Tensor]:
     """The candidate runs of `seeds`, batched: problems, ReLU heads and initial W."""
-    problems = [data.random_problem(N, T, d, seed=int(s)) for s in seeds]
-    problem = data.Problem(*(torch.stack([getattr(p, name) for p in problems]) for name in "XYZv"))
+    problem = data.random_problem(N, T, d, seed=seeds)
     head = heads.ReLU(torch.stack([heads.random_relu(d, seed=HEAD_SEEDS + int(s)).V for s in seeds]))
     W0 = torch.stack([uniform_init((d, d), seed=INIT_SEEDS + int(s)) for s in seeds])
     return problem, head, W0
@@ -125,26 +125,29 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
            pool: ProcessPoolExecutor | None = None) -> tuple[list[int], int]:
     """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
 
-    Candidates are trained in chunks of `chunk` seeds, `workers` chunks at a time in separate processes (a run
-    does not depend on the others in its batch, so the answer does not depend on `chunk` or `workers`).
-    pool: processes from `attnsvm.worker_pool(workers)` to use; by default the search starts its own when
-    workers > 1.
+    Candidates are trained in chunks of `chunk` seeds; with workers > 1, in separate processes, which always
+    have the next chunks queued (a run does not depend on the others in its batch, so the answer does not
+    depend on `chunk` or `workers`). pool: processes from `attnsvm.worker_pool(workers)` to use; by default
+    the search starts its own when workers > 1.
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
     chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")
     own = pool is None and workers > 1
     pool = session.worker_pool(workers) if own else pool
-    accepted, first = [], start
+    accepted, first, queued = [], start, deque()
     try:
         while len(accepted) < count:
-            firsts = [first + k * chunk for k in range(workers)]
             if pool is None:
                 accepted += _accepted(d, first, chunk)
-            else:
-                for found in pool.map(_accepted, [d] * workers, firsts, [chunk] * workers):
-                    accepted += found
-            first += workers * chunk
+                first += chunk
+                continue
+            while len(queued) < 2 * workers:  # chunks are taken in order, as the workers free up
+                queued.append(pool.submit(_accepted, d, first, chunk))
+                first += chunk
+            accepted += queued.popleft().result()
     finally:
+        for future in queued:  # beyond the count: those not yet started are dropped
+            future.cancel()
         if own:
             pool.shutdown()
     accepted = accepted[:count]

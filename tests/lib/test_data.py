@@ -49,6 +49,24 @@ def test_random_problem_batch_instances_are_independent_draws():
     assert not torch.equal(problem.v[0], problem.v[1])
 
 
+def test_random_problem_with_a_list_of_seeds_draws_each_problem_alone():
+    seeds = [5, 2, 5, 40]
+    problem = data.random_problem(3, 4, 5, seed=np.array(seeds))
+    assert problem.batch_shape == (4,)
+    for b, seed in enumerate(seeds):
+        alone = data.random_problem(3, 4, 5, seed=seed)
+        for name in "XYZv":
+            assert torch.equal(getattr(problem, name)[b], getattr(alone, name)), (b, name)
+
+
+@pytest.mark.parametrize("seed, batch, message", [
+    ([1, 2], 2, "no batch"), ([], None, "non-empty list"), ("ab", None, "seed must be an integer or a list"),
+])
+def test_random_problem_rejects_a_bad_list_of_seeds(seed, batch, message):
+    with pytest.raises(ValueError, match=message):
+        data.random_problem(3, 4, 5, seed=seed, batch=batch)
+
+
 def _arrays(batch=()):
     rng = np.random.default_rng(0)
     X = rng.standard_normal(batch + (2, 3, 4))
