@@ -188,6 +188,17 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps):
             B[i, p] += factor * A[i, p]
 
 
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _row_products(left, right, out):
+    """out[i, j] = left[i] . right[j] (out = left right^T)."""
+    for i in range(left.shape[0]):
+        for j in range(right.shape[0]):
+            acc = 0.0
+            for q in range(left.shape[1]):
+                acc += left[i, q] * right[j, q]
+            out[i, j] = acc
+
+
 @numba.njit(cache=True, fastmath=_FAST)
 def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks):
     """Every problem's run to step record[-1]; the iterates at the steps `record` go to Ws, probs and risks."""
@@ -197,17 +208,8 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
         np.empty(T), np.empty(n)
     for b in range(batch):
         Xb, Yb, Zb, Ub, XVb, W0b = X[b], Y[b], Z[b], U[b], XV[b], W0[b]
-        for i in range(n):
-            for j in range(n):
-                acc = 0.0
-                for q in range(d):
-                    acc += Zb[i, q] * Zb[j, q]
-                gram[i, j] = acc
-            for p in range(d):
-                acc = 0.0
-                for q in range(d):
-                    acc += W0b[p, q] * Zb[i, q]
-                WZ[i, p] = acc
+        _row_products(Zb, Zb, gram)
+        _row_products(Zb, W0b, WZ)
         B[:, :] = 0.0
         r = 0
         for k in range(record[-1] + 1):
