@@ -2,7 +2,7 @@
 
 Modules: `data` (problem instances), `model` (the attention model and losses), `theory` (token scores, optimal
 and locally-optimal tokens, margins, support tokens, correlation, convergence classes), `svm` (Att-SVM solvers;
-`nuclear` is its batched interior-point method), `train` (gradient descent, the regularization path, paper B's
+`nuclear` is its compiled interior-point method), `train` (gradient descent, the regularization path, paper B's
 prompt model; the gradients themselves are in `gradients`, the compiled loop for W on the CPU in `compiled`),
 `heads` (linear, ReLU and lambda heads), `multitoken` (paper A's ReLU-head experiment and its run filter),
 `ranks` (paper A's rank experiment), `causal` (every token a query: causal and seq2seq attention, the synthetic

@@ -1,4 +1,4 @@
-"""A batched primal-dual interior-point method for the nuclear-norm Att-SVM.
+"""A primal-dual interior-point method for the nuclear-norm Att-SVM, compiled with Numba.
 
     min ||W||_*  s.t.  <delta_k z_k^T, W> >= 1  (k = 1..K; delta_k = x_{i,alpha_i} - x_it, z_k = z_i)
 
@@ -16,105 +16,177 @@ subgradient of ||.||_* at W.
 
 Every A_k has rank two and p_k, q_k live in complementary blocks, so the Schur complement
 M_kl = tr(A_k S A_l Z^-1) (the HKM direction) is a sum of four Hadamard products of K x K matrices built from
-the blocks of S and Z^-1. Mehrotra predictor-corrector steps, infeasible start; all problems of a batch
-advance together (numpy, batched linear algebra: the matrices are small, so numpy's low per-call overhead
-matters more than anything torch offers). General-purpose conic solvers (Clarabel, SCS) treat the same SDP
-without this structure and take 10-100 times longer.
+the blocks of S and Z^-1. Mehrotra predictor-corrector steps, infeasible start, one problem after another: at
+the book's sizes (r <= 40, K a few hundred at most) a step is a few dozen small matrix products, and compiled
+code spends its time on them rather than on the interpreter. General-purpose conic solvers (Clarabel, SCS)
+treat the same SDP without this structure and take 10-100 times longer.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 GAP_TOL = 1e-9  # stop when the relative duality gap and the relative residuals are all below this
 STALLED_TOL = 3e-9  # accept a problem whose iteration stalled (round-off) with errors below this
 MAX_ITER = 100
 STEP_FRACTION = 0.98  # of the distance to the boundary of the cones
+JITTERS = (1e-13, 1e-11, 1e-9, 1e-7)  # tried in turn where round-off broke the Schur complement (times its size)
 
 
-def _sym(N: np.ndarray) -> np.ndarray:
-    return (N + np.swapaxes(N, -2, -1)) / 2
+@numba.njit(cache=True)
+def _apply(D, Zq, S):
+    """A(S)_k = p_k^T S q_k = delta_k^T S12 z_k for symmetric S, with D (r1, K), Zq (r2, K) the reduced vectors."""
+    r1, K = D.shape
+    out = np.zeros(K)
+    for k in range(K):
+        for a in range(r1):
+            for b in range(Zq.shape[0]):
+                out[k] += D[a, k] * S[a, r1 + b] * Zq[b, k]
+    return out
 
 
-def _t(N: np.ndarray) -> np.ndarray:
-    return np.swapaxes(N, -2, -1)
+@numba.njit(cache=True)
+def _adjoint(D, Zq, y):
+    """sum_k y_k A_k = [[0, G / 2], [G^T / 2, 0]] with G = sum_k y_k delta_k z_k^T: (r, r)."""
+    r1, r2 = D.shape[0], Zq.shape[0]
+    out = np.zeros((r1 + r2, r1 + r2))
+    for a in range(r1):
+        for b in range(r2):
+            for k in range(len(y)):
+                out[a, r1 + b] += D[a, k] * y[k] * Zq[b, k] / 2
+            out[r1 + b, a] = out[a, r1 + b]
+    return out
 
 
-class _Constraints:
-    """The operator A(S)_k = <A_k, S>, its adjoint, and the Schur complement, for D (B, r1, K), Zq (B, r2, K)."""
+@numba.njit(cache=True)
+def _schur(D, Zq, S, Zinv):
+    """M_kl = tr(A_k S A_l Z^-1) = (1/4) [(D'S12 Z)^T o (D'Zi12 Z) + (Z'S22 Z) o (D'Zi11 D)
+    + (D'S11 D) o (Z'Zi22 Z) + (D'S12 Z) o (D'Zi12 Z)^T] (' transposes, o is the Hadamard product)."""
+    r1 = D.shape[0]
 
-    def __init__(self, D: np.ndarray, Zq: np.ndarray):
-        self.D, self.Zq, self.r1 = D, Zq, D.shape[-2]
-
-    def apply(self, S: np.ndarray) -> np.ndarray:
-        """A(S)_k = p_k^T S q_k = delta_k^T S12 z_k, for symmetric S: (B, K)."""
-        return ((_t(self.D) @ S[:, : self.r1, self.r1:]) * _t(self.Zq)).sum(-1)
-
-    def adjoint(self, y: np.ndarray) -> np.ndarray:
-        """sum_k y_k A_k = [[0, G / 2], [G^T / 2, 0]] with G = sum_k y_k delta_k z_k^T: (B, r, r)."""
-        G = (self.D * y[:, None, :]) @ _t(self.Zq) / 2
-        B, r1, r2 = G.shape
-        out = np.zeros((B, r1 + r2, r1 + r2))
-        out[:, :r1, r1:], out[:, r1:, :r1] = G, _t(G)
-        return out
-
-    def schur(self, S: np.ndarray, Zinv: np.ndarray) -> np.ndarray:
-        """M_kl = tr(A_k S A_l Z^-1) = (1/4) [(D'S12 Z)^T o (D'Zi12 Z) + (Z'S22 Z) o (D'Zi11 D)
-        + (D'S11 D) o (Z'Zi22 Z) + (D'S12 Z) o (D'Zi12 Z)^T] (' transposes, o is the Hadamard product)."""
-        r1, D, Zq = self.r1, self.D, self.Zq
-        Dt, Zt = _t(D), _t(Zq)
-        cross_S, cross_Z = Dt @ S[:, :r1, r1:] @ Zq, Dt @ Zinv[:, :r1, r1:] @ Zq
-        return (_t(cross_S) * cross_Z + cross_S * _t(cross_Z)
-                + (Zt @ S[:, r1:, r1:] @ Zq) * (Dt @ Zinv[:, :r1, :r1] @ D)
-                + (Dt @ S[:, :r1, :r1] @ D) * (Zt @ Zinv[:, r1:, r1:] @ Zq)) / 4
+    def block(left, N, rows, columns, right):
+        return left.T @ np.ascontiguousarray(N[rows, columns]) @ right
+    top, bottom = slice(0, r1), slice(r1, S.shape[0])
+    cross_S, cross_Z = block(D, S, top, bottom, Zq), block(D, Zinv, top, bottom, Zq)
+    return (cross_S.T * cross_Z + cross_S * cross_Z.T
+            + block(Zq, S, bottom, bottom, Zq) * block(D, Zinv, top, top, D)
+            + block(D, S, top, top, D) * block(Zq, Zinv, bottom, bottom, Zq)) / 4
 
 
-def _cholesky(M: np.ndarray):
-    """(Cholesky factors, ok flags) of a batch; where a matrix is not positive definite: identity, False."""
+@numba.njit(cache=True)
+def _cholesky(M):
+    """(lower Cholesky factor, True), or (M, False) where M is not positive definite."""
     try:
-        return np.linalg.cholesky(M), np.ones(len(M), dtype=bool)
-    except np.linalg.LinAlgError:
-        factors, ok = np.empty_like(M), np.ones(len(M), dtype=bool)
-        for b, matrix in enumerate(M):
-            try:
-                factors[b] = np.linalg.cholesky(matrix)
-            except np.linalg.LinAlgError:
-                factors[b], ok[b] = np.eye(M.shape[-1]), False
-        return factors, ok
+        return np.linalg.cholesky(M), True
+    except Exception:  # Numba raises LinAlgError, which nopython code can only catch this way
+        return M, False
 
 
-def _max_step(Linv: np.ndarray, dS: np.ndarray) -> np.ndarray:
+@numba.njit(cache=True)
+def _max_step(Linv, dS):
     """Largest a in (0, 1] with S + a dS PSD (scaled by STEP_FRACTION), given Linv = L^-1, S = L L^T."""
-    worst = np.linalg.eigvalsh(_sym(Linv @ dS @ _t(Linv)))[..., 0]  # most negative eigenvalue
-    return np.where(worst < 0, np.minimum(-STEP_FRACTION / np.minimum(worst, -1e-300), 1.0), 1.0)
+    N = Linv @ dS @ Linv.T
+    worst = np.linalg.eigvalsh((N + N.T) / 2)[0]  # most negative eigenvalue
+    return min(-STEP_FRACTION / worst, 1.0) if worst < 0 else 1.0
 
 
-def _max_step_lp(v: np.ndarray, dv: np.ndarray) -> np.ndarray:
-    ratios = np.where(dv < 0, -v / np.where(dv < 0, dv, -1.0), np.inf)
-    return np.minimum(STEP_FRACTION * ratios.min(-1), 1.0)
+@numba.njit(cache=True)
+def _max_step_lp(v, dv):
+    """Largest a in (0, 1] with v + a dv >= 0 (scaled by STEP_FRACTION)."""
+    step = 1.0
+    for k in range(len(v)):
+        if dv[k] < 0:
+            step = min(step, -STEP_FRACTION * v[k] / dv[k])
+    return step
 
 
-def _factor_schur(M: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """The Schur complement, made positive definite where round-off broke it (nearly infeasible problems,
-    late iterations) by the smallest of 1e-13, 1e-11, ... times its mean diagonal that works."""
-    _, ok = _cholesky(M)
-    size = np.trace(M, axis1=-2, axis2=-1)[:, None, None] / M.shape[-1] * np.eye(M.shape[-1])
-    for jitter in (1e-13, 1e-11, 1e-9, 1e-7):
-        failed = ~ok & active
-        if not failed.any():
-            return M
-        M = np.where(failed[:, None, None], M + jitter * size, M)
-        ok = ok | (_cholesky(M)[1] & failed)
-    if (~ok & active).any():
+@numba.njit(cache=True)
+def _cholesky_solve(L, rhs):
+    """x with L L^T x = rhs, for the lower Cholesky factor L."""
+    K = len(rhs)
+    x = rhs.copy()
+    for k in range(K):
+        for j in range(k):
+            x[k] -= L[k, j] * x[j]
+        x[k] /= L[k, k]
+    for k in range(K - 1, -1, -1):
+        for j in range(k + 1, K):
+            x[k] -= L[j, k] * x[j]
+        x[k] /= L[k, k]
+    return x
+
+
+@numba.njit(cache=True)
+def _factor_schur(M):
+    """The Cholesky factor of the Schur complement, made positive definite where round-off broke it (nearly
+    infeasible problems, late iterations) by the smallest of JITTERS times its mean diagonal that works."""
+    L, ok = _cholesky(M)
+    size = np.trace(M) / len(M)
+    for jitter in JITTERS:
+        if ok:
+            return L
+        L, ok = _cholesky(M + jitter * size * np.eye(len(M)))
+    if not ok:
         raise FloatingPointError("the interior-point Schur complement lost positive definiteness")
-    return M
+    return L
+
+
+@numba.njit(cache=True)
+def _iterate(D, Zq, max_iter):
+    """(S12 = M, y, converged) of the reduced SDP for D (r1, K), Zq (r2, K), columns of norm at most one."""
+    r1, K = D.shape
+    r = r1 + Zq.shape[0]
+    eye = np.eye(r)
+    C = eye / 2
+    S, Z, w, y = eye.copy(), eye.copy(), np.ones(K), np.ones(K)
+    error, converged = np.inf, False
+    for _ in range(max_iter):
+        Rp = 1 - _apply(D, Zq, S) + w  # primal residual of A(S) - w = 1
+        Rd = C - _adjoint(D, Zq, y) - Z  # dual residual
+        primal, dual = np.trace(S) / 2, np.sum(y)
+        gap = np.sum(S * Z) + w @ y
+        mu = gap / (r + K)
+        error = max(gap / (1 + abs(primal) + abs(dual)), np.linalg.norm(Rp) / (1 + np.linalg.norm(S)),
+                    np.linalg.norm(Rd) / (1 + np.linalg.norm(C)))
+        if error < GAP_TOL:
+            converged = True
+            break
+        LZ, ok_Z = _cholesky(Z)
+        LS, ok_S = _cholesky(S)
+        if not (ok_Z and ok_S):  # round-off reached the cone boundary: accept if just short of GAP_TOL
+            converged = error < STALLED_TOL
+            break
+        LZinv, LSinv = np.linalg.inv(LZ), np.linalg.inv(LS)
+        Zinv = LZinv.T @ LZinv
+        M = _schur(D, Zq, S, Zinv) + np.diag(w / y)
+        LM = _factor_schur(M)
+
+        sigma_mu, second_S, second_w = 0.0, np.zeros((r, r)), np.zeros(K)  # the predictor (affine scaling)
+        for corrector in (False, True):
+            # Newton direction for S Z = sigma mu I - second_S and w y = sigma mu - second_w
+            G = (sigma_mu * eye - S @ Z - second_S) @ Zinv  # dS = G - S dZ Z^-1
+            lp = (sigma_mu - w * y - second_w) / y  # dw = lp - (w / y) dy
+            N = G - S @ Rd @ Zinv
+            dy = _cholesky_solve(LM, Rp - _apply(D, Zq, (N + N.T) / 2) + lp)
+            dZ = Rd - _adjoint(D, Zq, dy)
+            dS = G - S @ dZ @ Zinv
+            dS, dw = (dS + dS.T) / 2, lp - w / y * dy
+            a_p = min(_max_step(LSinv, dS), _max_step_lp(w, dw))
+            a_d = min(_max_step(LZinv, dZ), _max_step_lp(y, dy))
+            if not corrector:  # Mehrotra's centering and second-order terms
+                gap_aff = np.sum((S + a_p * dS) * (Z + a_d * dZ)) + (w + a_p * dw) @ (y + a_d * dy)
+                sigma_mu = min(max(gap_aff / gap, 0.0), 1.0) ** 3 * mu
+                second_S, second_w = dS @ dZ, dw * dy
+        S, w = S + a_p * dS, w + a_p * dw
+        y, Z = y + a_d * dy, Z + a_d * dZ
+    return np.ascontiguousarray(S[:r1, r1:]), y, converged
 
 
 def _basis(vectors: np.ndarray) -> np.ndarray:
-    """Orthonormal bases (B, d, r) of the spans of the rows of `vectors` (B, K, d), r = the largest rank."""
-    U, sigma, _ = np.linalg.svd(_t(vectors), full_matrices=False)
-    rank = int((sigma > 1e-10 * sigma[..., :1]).sum(-1).max())
-    return U[..., :rank]
+    """An orthonormal basis (d, r) of the span of the rows of `vectors` (K, d)."""
+    U, sigma, _ = np.linalg.svd(vectors.T, full_matrices=False)
+    return U[:, : np.sum(sigma > 1e-10 * sigma[0])]
 
 
 def solve(deltas, queries):
@@ -127,63 +199,13 @@ def solve(deltas, queries):
     """
     deltas, queries = np.asarray(deltas, dtype=float), np.asarray(queries, dtype=float)
     B, K, d = deltas.shape
-    # Solve for unit-size data: with c = max ||delta_k|| max ||z_k||, W = W' / c and y = y' / c. Then every
-    # ||delta_k z_k^T||_op <= 1, so ||W'||_* >= 1 and the tolerances below are relative.
-    size_d = np.linalg.norm(deltas, axis=-1).max(-1)
-    size_q = np.linalg.norm(queries, axis=-1).max(-1)
-    c = (size_d * size_q)[:, None]
-    deltas, queries = deltas / size_d[:, None, None], queries / size_q[:, None, None]
-    U, V = _basis(deltas), _basis(queries)
-    A = _Constraints(_t(U) @ _t(deltas), _t(V) @ _t(queries))
-    r1, r = U.shape[-1], U.shape[-1] + V.shape[-1]
-    eye = np.broadcast_to(np.eye(r), (B, r, r))
-    C, b = eye / 2, np.ones((B, K))
-    S, Z, w, y = eye.copy(), eye.copy(), b.copy(), b.copy()
-    converged, stalled = np.zeros(B, dtype=bool), np.zeros(B, dtype=bool)
-    for _ in range(MAX_ITER):
-        Rp = b - A.apply(S) + w  # primal residual of A(S) - w = b
-        Rd = C - A.adjoint(y) - Z  # dual residual
-        primal, dual = (C * S).sum((-2, -1)), y.sum(-1)
-        gap = (S * Z).sum((-2, -1)) + (w * y).sum(-1)
-        mu = gap / (r + K)
-        error = np.max([gap / (1 + np.abs(primal) + np.abs(dual)),
-                        np.linalg.norm(Rp, axis=-1) / (1 + np.linalg.norm(S, axis=(-2, -1))),
-                        np.linalg.norm(Rd, axis=(-2, -1)) / (1 + np.linalg.norm(C, axis=(-2, -1)))], axis=0)
-        converged |= error < GAP_TOL
-        LZ, ok_Z = _cholesky(Z)
-        LS, ok_S = _cholesky(S)
-        stalled |= ~(ok_Z & ok_S) & ~converged  # round-off reached the cone boundary
-        active = ~(converged | stalled)  # the others keep their iterate
-        if not active.any():
-            break
-        keep = active[:, None, None]
-        Si, Zi = np.where(keep, S, eye), np.where(keep, Z, eye)  # identity where the problem is finished
-        LZinv, LSinv = np.linalg.inv(np.where(keep, LZ, eye)), np.linalg.inv(np.where(keep, LS, eye))
-        Zinv = _t(LZinv) @ LZinv
-        M = _factor_schur(A.schur(Si, Zinv) + np.eye(K) * (w / y)[:, None, :], active)
-
-        def direction(sigma_mu, second_S, second_w):
-            """Newton direction for S Z = sigma mu I - second_S and w y = sigma mu - second_w."""
-            G = (sigma_mu[:, None, None] * eye - Si @ Zi - second_S) @ Zinv  # dS = G - S dZ Z^-1
-            lp = (sigma_mu[:, None] - w * y - second_w) / y  # dw = lp - (w / y) dy
-            rhs = Rp - A.apply(_sym(G - Si @ Rd @ Zinv)) + lp
-            dy = np.linalg.solve(M, rhs[..., None])[..., 0]
-            dZ = Rd - A.adjoint(dy)
-            return _sym(G - Si @ dZ @ Zinv), lp - w / y * dy, dy, dZ
-
-        def steps(dS, dw, dy, dZ):
-            a_p = np.minimum(_max_step(LSinv, dS), _max_step_lp(w, dw))
-            a_d = np.minimum(_max_step(LZinv, dZ), _max_step_lp(y, dy))
-            return np.where(active, a_p, 0.0), np.where(active, a_d, 0.0)
-
-        dS, dw, dy, dZ = direction(np.zeros_like(mu), 0.0, 0.0)  # predictor (affine scaling)
-        a_p, a_d = steps(dS, dw, dy, dZ)
-        gap_aff = (((Si + a_p[:, None, None] * dS) * (Zi + a_d[:, None, None] * dZ)).sum((-2, -1))
-                   + ((w + a_p[:, None] * dw) * (y + a_d[:, None] * dy)).sum(-1))
-        sigma = np.clip(gap_aff / gap, 0, 1) ** 3
-        dS, dw, dy, dZ = direction(sigma * mu, dS @ dZ, dw * dy)  # Mehrotra corrector
-        a_p, a_d = steps(dS, dw, dy, dZ)
-        S, w = S + a_p[:, None, None] * dS, w + a_p[:, None] * dw
-        y, Z = y + a_d[:, None] * dy, Z + a_d[:, None, None] * dZ
-    converged |= stalled & (error < STALLED_TOL)  # round-off stopped it just short of GAP_TOL
-    return U @ S[:, :r1, r1:] @ _t(V) / c[..., None], y / c, converged
+    W, y, converged = np.empty((B, d, d)), np.empty((B, K)), np.empty(B, dtype=bool)
+    for b, (D, Q) in enumerate(zip(deltas, queries)):
+        # Solve for unit-size data: with c = max ||delta_k|| max ||z_k||, W = W' / c and y = y' / c. Then every
+        # ||delta_k z_k^T||_op <= 1, so ||W'||_* >= 1 and the tolerances are relative.
+        size_d, size_q = np.linalg.norm(D, axis=1).max(), np.linalg.norm(Q, axis=1).max()
+        D, Q = D / size_d, Q / size_q
+        U, V = _basis(D), _basis(Q)
+        M, y[b], converged[b] = _iterate(np.ascontiguousarray((D @ U).T), np.ascontiguousarray((Q @ V).T), MAX_ITER)
+        W[b], y[b] = U @ M @ V.T / (size_d * size_q), y[b] / (size_d * size_q)
+    return W, y, converged

@@ -9,7 +9,7 @@ kron(x_{i,alpha_i} - x_it, z_i) of a constraint matrix A acting on vec(W) (row-m
 Solvers, always named: the Frobenius problem is a least-distance program, solved exactly by
 non-negative least squares ("nnls", Lawson and Hanson 1974, chapter 23, with the active set polished
 to machine precision) or by the interior-point solver Clarabel through cvxpy ("clarabel"); the
-nuclear-norm problem is a semidefinite program, solved by this library's batched interior-point method
+nuclear-norm problem is a semidefinite program, solved by this library's interior-point method
 ("ipm", see `nuclear`), or by Clarabel ("clarabel") or SCS ("scs") through cvxpy.
 """
 
@@ -181,7 +181,7 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
 
     X (..., n, T, d) tokens, Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
     norm: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained).
-    solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (all problems of a batch at once) for "nuc".
+    solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (the library's interior-point method) for "nuc".
     return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
     A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
     options: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy

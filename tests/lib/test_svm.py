@@ -125,7 +125,7 @@ def test_nuclear_solution_is_optimal(shape, which):
 @pytest.mark.parametrize("shape", [(4, 5, 6), (6, 8, 10), (10, 5, 8)])
 def test_ipm_agrees_with_cvxpy_solvers_on_nuclear(shape, solver):
     _, X, Z, alpha = _instance(shape, 0, "opt")
-    W = svm.att_svm(X, Z, alpha, norm="nuc")  # the batched interior-point method
+    W = svm.att_svm(X, Z, alpha, norm="nuc")  # the library's interior-point method
     W_other = svm.att_svm(X, Z, alpha, norm="nuc", solver=solver)
     nuclear = np.linalg.norm(W, "nuc")
     assert abs(nuclear - np.linalg.norm(W_other, "nuc")) <= 1e-7 * nuclear
