@@ -57,6 +57,26 @@ def test_engines_agree_far_into_saturation():
     _assert_same_run(compiled, reference, tol=1e-9)
 
 
+def test_engines_agree_where_every_probability_off_the_top_underflows():
+    """Initial logit gaps of thousands on half the problems: there e^{second} underflows and the ratios
+    s_t / e^{second} are taken in log space, lane by lane, next to problems where they are quotients."""
+    problem = data.random_problem(4, 5, 6, seed=7, batch=6)
+    W0 = train.uniform_init((6, 6, 6), 0) * torch.tensor([1.0, 10000.0] * 3)[:, None, None]
+    compiled, reference = _both(problem, steps=50, lr=0.1, init=W0, record_every=10)
+    second = reference.probs[0].sort(-1).values[..., -2]  # each sequence's second largest probability
+    assert (second[1::2] < 1e-290).any(-1).all() and (second[::2] > 1e-290).all()
+    _assert_same_run(compiled, reference)
+
+
+@pytest.mark.parametrize("size", [1, 5, 70])
+def test_a_problems_run_does_not_depend_on_the_rest_of_the_batch(size):
+    """Problems run side by side, one per vector lane, in blocks: each lane's arithmetic is its own."""
+    problem, W0 = data.random_problem(4, 5, 6, seed=8, batch=70), train.uniform_init((70, 6, 6), 0)
+    alone = train.gd(problem[:size], steps=30, lr=0.1, init=W0[:size], engine="compiled").W
+    together = train.gd(problem, steps=30, lr=0.1, init=W0, engine="compiled").W[:, :size]
+    assert torch.equal(alone, together)
+
+
 def test_auto_engine_is_the_compiled_one_where_it_applies():
     problem = data.random_problem(3, 4, 5, seed=1, batch=2)
     auto, compiled = (train.gd(problem, steps=20, lr=0.1, engine=e) for e in ("auto", "compiled"))
