@@ -1,14 +1,16 @@
-"""Gradient descent on W compiled with Numba: each problem's whole run in one call, on the CPU.
+"""Gradient descent on W compiled with Numba: the whole run of a block of problems in one call, on the CPU.
 
 At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is
 some fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the
 same step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the
-top-token sum), several times faster. It runs a block of problems side by side, one problem per lane: every
+top-token sum), several times faster. It runs up to BLOCK problems side by side, one problem per lane: every
 array ends in the lane axis, so each operation is the same on all lanes and compiles to vector instructions,
 and the exponentials and logarithms (some seventy per step and problem) go to glibc's vector math library,
-libmvec, four lanes a call (computed lane by lane where libmvec is not there). It keeps the products W z_i, not
-W: the gradient sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations
-(n d^2 for W itself), and W is formed only at the recorded steps. It covers the W parameterization with a
+libmvec, four lanes a call (computed lane by lane where libmvec is not there). Each lane's arithmetic is its own:
+a problem's run does not depend on the batch it is in. A step costs about as much for one problem as for
+sixteen (the loops' overhead), then grows in proportion. It keeps the products W z_i, not W: the gradient
+sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for W
+itself), and W is formed only at the recorded steps. It covers the W parameterization with a
 linear or ReLU head and any loss of `model.LOSSES`; `train.gd` uses it on the CPU where it applies and the torch
 loop everywhere else. The two agree to round-off step by step (tests/lib); over thousands of steps a run can
 amplify round-off, as it would a change of BLAS.
@@ -65,119 +67,127 @@ if LIBMVEC:
 
 
 def _in_place(name: str, scalar):
-    """A compiled function that replaces each entry of a 1-D contiguous float64 array, whose length is a
-    multiple of LANES, by its `name` (exp, log, log1p): libmvec's AVX2 routine, four lanes a call, where it is
-    loaded, else `scalar` entry by entry (results within an ulp of each other)."""
-    if not LIBMVEC:
-        @numba.njit(cache=True, inline="always")
-        def by_entry(a):
-            for b in range(a.size):
-                a[b] = scalar(a[b])
-        return by_entry
-
+    """A compiled f(a, index) that replaces each entry of the row a[index] (the leading indices of a C-contiguous
+    float64 array whose rows are a whole number of vectors) by its `name`: libmvec's routine, LANES entries a
+    call, where it is loaded, else `scalar` entry by entry (results within an ulp of each other). The row is
+    addressed, not sliced: in these loops a view costs more than a row's arithmetic."""
     @numba.extending.intrinsic
-    def by_vector(typingctx, a):
-        if not (isinstance(a, numba.types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == numba.float64):
+    def apply(typingctx, a, index):
+        if not (isinstance(a, numba.types.Array) and a.layout == "C" and a.dtype == numba.float64
+                and isinstance(index, numba.types.BaseTuple) and len(index) == a.ndim - 1):
             return None
 
         def lower(context, builder, signature, args):
-            array = context.make_array(signature.args[0])(context, builder, args[0])
-            vector = ir.VectorType(ir.DoubleType(), LANES)
-            routine = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
-                                                     f"_ZGVdN{LANES}v_{name}")
+            array = context.make_array(a)(context, builder, args[0])
             intp = context.get_value_type(numba.intp)
-            size = builder.extract_value(array.shape, 0)
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), size, ir.Constant(intp, LANES)) as (b, _):
-                pointer = builder.bitcast(builder.gep(array.data, [b]), vector.as_pointer())
-                builder.store(builder.call(routine, [builder.load(pointer, align=8)]), pointer, align=8)
+            leading = [context.cast(builder, value, kind, numba.intp)
+                       for value, kind in zip(cgutils.unpack_tuple(builder, args[1]), index)]
+            first = cgutils.get_item_pointer(context, builder, a, array, leading + [ir.Constant(intp, 0)])
+            size = cgutils.unpack_tuple(builder, array.shape)[-1]
+            if LIBMVEC:
+                vector = ir.VectorType(ir.DoubleType(), LANES)
+                routine = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                                         f"_ZGVdN{LANES}v_{name}")
+                with cgutils.for_range_slice(builder, ir.Constant(intp, 0), size, ir.Constant(intp, LANES)) as (b, _):
+                    pointer = builder.bitcast(builder.gep(first, [b]), vector.as_pointer())
+                    builder.store(builder.call(routine, [builder.load(pointer, align=8)]), pointer, align=8)
+            else:
+                routine = context.get_function(scalar, numba.core.typing.signature(numba.float64, numba.float64))
+                with cgutils.for_range(builder, size) as loop:
+                    pointer = builder.gep(first, [loop.index])
+                    builder.store(routine(builder, [builder.load(pointer)]), pointer)
             return context.get_dummy_value()
-        return numba.types.none(a), lower
-    return by_vector
+        return numba.types.none(a, index), lower
+    return apply
 
 
 _exp, _log, _log1p = _in_place("exp", math.exp), _in_place("log", math.log), _in_place("log1p", math.log1p)
+# Rows of the per-lane buffer `lanes` (L entries each).
+TOP, TOTAL, SECOND, E_SECOND, SCALE, U_TOP, TOP_SUM = range(7)
+NORM, FACTOR = TOTAL, SECOND  # in the step
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _logits(i, X, WZ, h):
-    """h[t] = x_it . W z_i on every lane, from WZ[i] = W z_i."""
+def _logits(i, X, WZ, g):
+    """g[i, t] = x_it . W z_i on every lane, from WZ[i] = W z_i."""
     T, d, L = X.shape[1], X.shape[2], X.shape[3]
     for t in range(T):
         for b in range(L):
-            h[t, b] = 0.0
+            g[i, t, b] = 0.0
         for p in range(d):
             for b in range(L):
-                h[t, b] += X[i, t, p, b] * WZ[i, p, b]
+                g[i, t, b] += X[i, t, p, b] * WZ[i, p, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _softmax(h, s, top, total, second, e_second, scale):
-    """From the logits h on every lane: the softmax s, the top token (its first largest logit), the largest
-    logit off it once shifted to 0 at the top token (`second`) and its exponential, and in h the ratios
-    s_t / e^{second}, 0 at the top token."""
-    T, L = h.shape
-    largest = second  # a buffer until `second` is needed
+def _softmax(i, g, s, lanes):
+    """From the logits g[i] on every lane: the softmax s[i]; in `lanes` the top token (its first largest logit),
+    the largest logit off it once shifted to 0 at the top token (SECOND) and its exponential, the sum of the
+    exponentials (TOTAL); in g[i] the ratios s_t / e^{second}, 0 at the top token."""
+    T, L = g.shape[1], g.shape[2]
     for b in range(L):
-        top[b], largest[b], total[b] = 0.0, -np.inf, 0.0
+        lanes[TOP, b], lanes[SECOND, b], lanes[TOTAL, b] = 0.0, -np.inf, 0.0  # SECOND: the largest logit, first
     for t in range(T):
         for b in range(L):
-            top[b] = t if h[t, b] > largest[b] else top[b]
-            largest[b] = max(largest[b], h[t, b])
+            lanes[TOP, b] = t if g[i, t, b] > lanes[SECOND, b] else lanes[TOP, b]
+            lanes[SECOND, b] = max(lanes[SECOND, b], g[i, t, b])
     for t in range(T):
         for b in range(L):
-            h[t, b] -= largest[b]
-            s[t, b] = h[t, b]
-        _exp(s[t])
+            g[i, t, b] -= lanes[SECOND, b]
+            s[i, t, b] = g[i, t, b]
+        _exp(s, (i, t))
         for b in range(L):
-            total[b] += s[t, b]
+            lanes[TOTAL, b] += s[i, t, b]
     for b in range(L):
-        second[b] = -np.inf
+        lanes[SECOND, b] = -np.inf
     for t in range(T):
         for b in range(L):
-            second[b] = second[b] if t == top[b] else max(second[b], h[t, b])
-    for b in range(L):
-        e_second[b] = second[b]
-    _exp(e_second)
+            lanes[SECOND, b] = lanes[SECOND, b] if t == lanes[TOP, b] else max(lanes[SECOND, b], g[i, t, b])
     tiny = False
     for b in range(L):
-        tiny |= e_second[b] < _TINY
-        scale[b] = 1.0 / e_second[b]
-    for t in range(T):
-        if tiny:  # some lane's ratio needs e^{h - second}: there a quotient by e^{second} would lose digits
-            for b in range(L):  # e^0 at the top token: libmvec takes a slow path for e^{-inf}
-                h[t, b] = 0.0 if t == top[b] else h[t, b] - second[b]
-            _exp(h[t])
-        for b in range(L):  # both sides computed, then chosen: a load under a condition does not vectorize
-            quotient = s[t, b] * scale[b]
-            h[t, b] = 0.0 if t == top[b] else (quotient if e_second[b] >= _TINY else h[t, b])
+        lanes[E_SECOND, b] = lanes[SECOND, b]
+    _exp(lanes, (E_SECOND,))
     for b in range(L):
-        scale[b] = 1.0 / total[b]
+        tiny |= lanes[E_SECOND, b] < _TINY
+        lanes[SCALE, b] = 1.0 / lanes[E_SECOND, b]
+    for t in range(T):
+        if tiny:  # some lane's ratio needs e^{g - second}: there a quotient by e^{second} would lose digits
+            for b in range(L):  # e^0 at the top token: libmvec takes a slow path for e^{-inf}
+                g[i, t, b] = 0.0 if t == lanes[TOP, b] else g[i, t, b] - lanes[SECOND, b]
+            _exp(g, (i, t))
+        for b in range(L):  # both sides computed, then chosen: a load under a condition does not vectorize
+            quotient = s[i, t, b] * lanes[SCALE, b]
+            exact = lanes[E_SECOND, b] >= _TINY
+            g[i, t, b] = 0.0 if t == lanes[TOP, b] else (quotient if exact else g[i, t, b])
+    for b in range(L):
+        lanes[SCALE, b] = 1.0 / lanes[TOTAL, b]
     for t in range(T):
         for b in range(L):
-            s[t, b] *= scale[b]
+            s[i, t, b] *= lanes[SCALE, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _head(i, s, U, XV, u, f, hidden):
-    """The head's output f on every lane and, in u, the token values: U[i] for the linear head; for the ReLU
-    head (XV[i, t] = x_it^T V) u_t = x_it^T V slope, the slope of the ReLU at a^T V = sum_t s_t XV[i, t]."""
+def _head(i, s, U, XV, u, outputs, hidden):
+    """The head's output f_i on every lane into outputs[i] and, in u, the token values: U[i] for the linear
+    head; for the ReLU head (XV[i, t] = x_it^T V) u_t = x_it^T V slope, the slope of the ReLU at
+    a^T V = sum_t s_t XV[i, t]."""
     T, k, L = XV.shape[1], XV.shape[2], XV.shape[3]
     for b in range(L):
-        f[b] = 0.0
+        outputs[i, b] = 0.0
     if not k:
         for t in range(T):
             for b in range(L):
                 u[t, b] = U[i, t, b]
-                f[b] += s[t, b] * u[t, b]
+                outputs[i, b] += s[i, t, b] * u[t, b]
         return
     for c in range(k):
         for b in range(L):
             hidden[c, b] = 0.0
         for t in range(T):
             for b in range(L):
-                hidden[c, b] += s[t, b] * XV[i, t, c, b]
+                hidden[c, b] += s[i, t, b] * XV[i, t, c, b]
         for b in range(L):
-            f[b] += max(hidden[c, b], 0.0)
+            outputs[i, b] += max(hidden[c, b], 0.0)
             hidden[c, b] = 1.0 if hidden[c, b] > 0 else 0.0
     for t in range(T):
         for b in range(L):
@@ -188,15 +198,17 @@ def _head(i, s, U, XV, u, f, hidden):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _log_slope(loss, Y, f, out):
-    """out = log(-l'(Y f)) on every lane, for the loss with code `loss` (as `model.LOSSES`)."""
-    for b in range(out.size):
-        out[b] = -abs(Y[b] * f[b]) if loss == 0 else (-Y[b] * f[b] if loss == 1 else 0.0)
+def _log_slope(loss, i, Y, outputs, weights):
+    """weights[i] = log(-l'(Y_i f_i)) on every lane, for the loss with code `loss` (as `model.LOSSES`)."""
+    L = Y.shape[1]
+    for b in range(L):
+        margin = Y[i, b] * outputs[i, b]
+        weights[i, b] = -abs(margin) if loss == 0 else (-margin if loss == 1 else 0.0)
     if loss == 0:  # -log(1 + e^x) = -max(x, 0) - log(1 + e^{-|x|})
-        _exp(out)
-        _log1p(out)
-        for b in range(out.size):
-            out[b] = -max(Y[b] * f[b], 0.0) - out[b]
+        _exp(weights, (i,))
+        _log1p(weights, (i,))
+        for b in range(L):
+            weights[i, b] = -max(Y[i, b] * outputs[i, b], 0.0) - weights[i, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -205,33 +217,30 @@ def _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes
     order one, the output f_i into outputs[i] and the log weight log|dL/df_i| + L_i (without the 1/n) into
     weights[i]."""
     T, L = X.shape[1], X.shape[3]
-    h = g[i]
-    top, total, second, u_top, top_sum, x, y = lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6]
-    _logits(i, X, WZ, h)
-    _softmax(h, s[i], top, total, second, x, y)
-    _head(i, s[i], U, XV, u, outputs[i], hidden)
+    _logits(i, X, WZ, g)
+    _softmax(i, g, s, lanes)
+    _head(i, s, U, XV, u, outputs, hidden)
     for b in range(L):
-        u_top[b], top_sum[b] = 0.0, 0.0
+        lanes[U_TOP, b], lanes[TOP_SUM, b] = 0.0, 0.0
     for t in range(T):
         for b in range(L):
-            u_top[b] = u[t, b] if t == top[b] else u_top[b]
+            lanes[U_TOP, b] = u[t, b] if t == lanes[TOP, b] else lanes[U_TOP, b]
     for t in range(T):
         for b in range(L):
-            top_sum[b] += h[t, b] * (u_top[b] - u[t, b])
+            lanes[TOP_SUM, b] += g[i, t, b] * (lanes[U_TOP, b] - u[t, b])
+    _log(lanes, (TOTAL,))
     for b in range(L):
-        x[b] = total[b]
-    _log(x)
-    for b in range(L):
-        second[b] -= x[b]  # L_i = second - log(total)
-        x[b] = second[b]
-    _exp(x)
+        lanes[SECOND, b] -= lanes[TOTAL, b]  # L_i = second - log(total)
+        lanes[E_SECOND, b] = lanes[SECOND, b]
+    _exp(lanes, (E_SECOND,))
     for t in range(T):
         for b in range(L):
-            at_top, off_top = s[i, t, b] * top_sum[b], h[t, b] * (u[t, b] - u_top[b] + x[b] * top_sum[b])
-            h[t, b] = at_top if t == top[b] else off_top
-    _log_slope(loss, Y[i], outputs[i], weights[i])
+            at_top = s[i, t, b] * lanes[TOP_SUM, b]
+            off_top = g[i, t, b] * (u[t, b] - lanes[U_TOP, b] + lanes[E_SECOND, b] * lanes[TOP_SUM, b])
+            g[i, t, b] = at_top if t == lanes[TOP, b] else off_top
+    _log_slope(loss, i, Y, outputs, weights)
     for b in range(L):
-        weights[i, b] += second[b]
+        weights[i, b] += lanes[SECOND, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -250,7 +259,7 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
     for i in range(n):
         for b in range(L):
             weights[i, b] -= log_scale[b]
-        _exp(weights[i])
+        _exp(weights, (i,))
         for p in range(d):
             for b in range(L):
                 A[i, p, b] = 0.0
@@ -270,13 +279,12 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
     made on WZ[i] = W z_i, through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
     ||G||_F^2 = sum_i A[i] . R[i]. A lane whose G is 0 (up to round-off, if normalized) does not move."""
     n, d, L = A.shape
-    scale, norm, factor = lanes[0], lanes[1], lanes[2]
     for b in range(L):
-        scale[b], norm[b] = 0.0, 0.0
+        lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
     for i in range(n):
         for p in range(d):
             for b in range(L):
-                scale[b] = max(scale[b], abs(A[i, p, b]))
+                lanes[SCALE, b] = max(lanes[SCALE, b], abs(A[i, p, b]))
     for i in range(n):
         for p in range(d):
             for b in range(L):
@@ -287,31 +295,44 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
                     R[i, p, b] += gram[i, j, b] * A[j, p, b]
         for p in range(d):
             for b in range(L):
-                unit = 1.0 / scale[b] if scale[b] > 0 else 0.0
-                norm[b] += (A[i, p, b] * unit) * (R[i, p, b] * unit)
+                unit = 1.0 / lanes[SCALE, b] if lanes[SCALE, b] > 0 else 0.0
+                lanes[NORM, b] += (A[i, p, b] * unit) * (R[i, p, b] * unit)
     if normalized:
         for b in range(L):
-            norm[b] = math.sqrt(norm[b]) if norm[b] > 0 else 0.0
-            factor[b] = scale[b] * norm[b] / eps if eps > 0 else 1.0
+            lanes[NORM, b] = math.sqrt(lanes[NORM, b]) if lanes[NORM, b] > 0 else 0.0
+            lanes[FACTOR, b] = lanes[SCALE, b] * lanes[NORM, b] / eps if eps > 0 else 1.0
         if eps > 0:  # paper A's 1 / (||G_true|| + eps) for G_true = e^{log scale} G, in log space
-            _log(factor)
+            _log(lanes, (FACTOR,))
             for b in range(L):
-                factor[b] = -(log_scale[b] + factor[b])
-            _exp(factor)
+                lanes[FACTOR, b] = -(log_scale[b] + lanes[FACTOR, b])
+            _exp(lanes, (FACTOR,))
         for b in range(L):
-            factor[b] = lr / (scale[b] * norm[b]) / (1.0 + factor[b]) if eps > 0 else lr / (scale[b] * norm[b])
-            factor[b] = factor[b] if norm[b] > 0 else 0.0
+            length = lanes[SCALE, b] * lanes[NORM, b]
+            factor = lr / length / (1.0 + lanes[FACTOR, b]) if eps > 0 else lr / length
+            lanes[FACTOR, b] = factor if lanes[NORM, b] > 0 else 0.0
     else:
         for b in range(L):
-            factor[b] = log_scale[b]
-        _exp(factor)
+            lanes[FACTOR, b] = log_scale[b]
+        _exp(lanes, (FACTOR,))
         for b in range(L):
-            factor[b] = lr * factor[b] if scale[b] > 0 else 0.0
+            lanes[FACTOR, b] = lr * lanes[FACTOR, b] if lanes[SCALE, b] > 0 else 0.0
     for i in range(n):
         for p in range(d):
             for b in range(L):
-                WZ[i, p, b] -= factor[b] * R[i, p, b]
-                B[i, p, b] += factor[b] * A[i, p, b]
+                WZ[i, p, b] -= lanes[FACTOR, b] * R[i, p, b]
+                B[i, p, b] += lanes[FACTOR, b] * A[i, p, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _row_products(left, right, out):
+    """out[i, j] = left[i] . right[j] on every lane (out = left right^T)."""
+    for i in range(left.shape[0]):
+        for j in range(right.shape[0]):
+            for b in range(out.shape[2]):
+                out[i, j, b] = 0.0
+            for q in range(left.shape[1]):
+                for b in range(out.shape[2]):
+                    out[i, j, b] += left[i, q, b] * right[j, q, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
@@ -319,18 +340,12 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
     """Every lane's run to step record[-1], lanes last (X (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...); the
     iterates at the steps `record` go to Ws (records, L, d, d), probs (records, L, n, T) and risks (records, L)."""
     n, T, d, L = X.shape
-    WZ, A, B, R = np.zeros((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
-    gram, s, g = np.zeros((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
+    WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
+    gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
     outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((T, L)), np.empty((XV.shape[2], L))
     log_scale, lanes = np.empty(L), np.empty((7, L))
-    for i in range(n):
-        for q in range(d):
-            for j in range(n):
-                for b in range(L):
-                    gram[i, j, b] += Z[i, q, b] * Z[j, q, b]
-            for p in range(d):
-                for b in range(L):
-                    WZ[i, p, b] += W0[p, q, b] * Z[i, q, b]
+    _row_products(Z, Z, gram)
+    _row_products(Z, W0, WZ)
     r = 0
     for k in range(record[-1] + 1):
         _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
@@ -377,8 +392,9 @@ def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, lr: float, normal
     Ws, probs, risks = np.empty((records, padded, d, d)), np.empty((records, padded, n, T)), np.empty((records, padded))
     for start in range(0, padded, BLOCK):
         block = slice(start, start + BLOCK)
-        Ws_b, probs_b, risks_b = Ws[:, block].copy(), probs[:, block].copy(), risks[:, block].copy()
+        recorded = [np.empty(a[:, block].shape) for a in (Ws, probs, risks)]
         _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, W0)), LOSS_CODES[loss], float(lr),
-             normalized, float(eps), np.asarray(record, dtype=np.int64), Ws_b, probs_b, risks_b)
-        Ws[:, block], probs[:, block], risks[:, block] = Ws_b, probs_b, risks_b
+             normalized, float(eps), np.asarray(record, dtype=np.int64), *recorded)
+        for a, values in zip((Ws, probs, risks), recorded):
+            a[:, block] = values
     return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))

@@ -1,10 +1,13 @@
 """attnsvm.compiled: the compiled gradient descent on W takes the torch loop's steps, for every option it covers."""
 
+import math
+
+import numba
 import numpy as np
 import pytest
 import torch
 
-from attnsvm import data, heads, train
+from attnsvm import compiled, data, heads, train
 
 
 def _both(problem, **options):
@@ -100,3 +103,26 @@ def test_compiled_engine_names_what_it_cannot_run(options, reason):
 def test_unknown_engine_is_rejected():
     with pytest.raises(ValueError, match="engine"):
         train.gd(data.random_problem(3, 4, 5, seed=1), steps=2, lr=0.1, engine="numba")
+
+
+@pytest.mark.parametrize("libmvec", [True, False])
+@pytest.mark.parametrize("name", ["exp", "log", "log1p"])
+def test_row_functions_match_numpy_with_and_without_libmvec(monkeypatch, name, libmvec):
+    """The in-place row functions: libmvec's four-lane routines where present, else libm entry by entry; either
+    way within two ulps of numpy's, special values included, and only the addressed row changes."""
+    if libmvec and not compiled.LIBMVEC:
+        pytest.skip("no libmvec (glibc's vector math library) or no AVX2 here: the fallback is tested instead")
+    monkeypatch.setattr(compiled, "LIBMVEC", compiled.LIBMVEC if libmvec else None)
+    function = compiled._in_place(name, getattr(math, name))
+
+    @numba.njit
+    def apply(a, i):
+        function(a, (i,))
+
+    row = np.array([-np.inf, -800.0, -30.5, -1e-300, 0.0, 1e-12, 0.75, 3.0, 700.0, 710.0, np.inf, np.nan])
+    a = np.stack([row, row])
+    apply(a, 1)
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(row)
+    np.testing.assert_array_equal(a[0], row)
+    np.testing.assert_allclose(a[1], want, rtol=4.5e-16, atol=0)
