@@ -100,6 +100,13 @@ def test_compiled_engine_names_what_it_cannot_run(options, reason):
         train.gd(problem, steps=2, lr=0.1, engine="compiled", **options)
 
 
+def test_compiled_engine_leaves_other_devices_to_the_torch_loop():
+    """train.gd's "auto" engine asks `supports`: a problem on a GPU trains in the torch loop, on its device."""
+    assert compiled.supports("W", None, "exact", torch.device("cpu")) is None
+    assert compiled.supports("W", None, "exact", torch.device("cuda")) == \
+        "it runs on the CPU only (the problem is on cuda)"
+
+
 def test_unknown_engine_is_rejected():
     with pytest.raises(ValueError, match="engine"):
         train.gd(data.random_problem(3, 4, 5, seed=1), steps=2, lr=0.1, engine="numba")
