@@ -18,7 +18,6 @@ amplify round-off, as it would a change of BLAS.
 
 from __future__ import annotations
 
-import ctypes.util
 import math
 
 import llvmlite.binding
@@ -54,16 +53,20 @@ def supports(param: str, head, gradient: str, device: torch.device) -> str | Non
     return None
 
 
-def _libmvec() -> str | None:
-    """The path of glibc's vector math library, if Numba compiles for AVX2 (the ABI of its 4-lane routines)."""
+def _load_libmvec() -> bool:
+    """Whether glibc's vector math library is loaded for the compiled loop: it must be installed (it is, with
+    glibc on x86-64), and Numba must compile for AVX2, the ABI of its 4-lane routines."""
     features = config.CPU_FEATURES if config.CPU_FEATURES is not None else codegen.get_host_cpu_features()
-    path = ctypes.util.find_library("mvec")
-    return path if path and "+avx2" in features.split(",") else None
+    if "+avx2" not in features.split(","):
+        return False
+    try:
+        llvmlite.binding.load_library_permanently("libmvec.so.1")
+    except RuntimeError:
+        return False
+    return True
 
 
-LIBMVEC = _libmvec()
-if LIBMVEC:
-    llvmlite.binding.load_library_permanently(LIBMVEC)
+LIBMVEC = _load_libmvec()
 
 
 def _in_place(name: str, scalar):

@@ -119,7 +119,7 @@ def test_row_functions_match_numpy_with_and_without_libmvec(monkeypatch, name, l
     way within two ulps of numpy's, special values included, and only the addressed row changes."""
     if libmvec and not compiled.LIBMVEC:
         pytest.skip("no libmvec (glibc's vector math library) or no AVX2 here: the fallback is tested instead")
-    monkeypatch.setattr(compiled, "LIBMVEC", compiled.LIBMVEC if libmvec else None)
+    monkeypatch.setattr(compiled, "LIBMVEC", libmvec)
     function = compiled._in_place(name, getattr(math, name))
 
     @numba.njit
