@@ -213,6 +213,18 @@ def gd_floor() -> None:
                      f"floor {floor * 1e6:.3f} us: {ratio:.1f}x", f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
 
 
+def gd_small_batches() -> None:
+    """The compiled engine's time per step on small batches: it runs the problems as vector lanes, so below a
+    few dozen problems a step costs about the same whatever their number (the loops' overhead)."""
+    for B in (1, 16):
+        problems = data.random_problem(6, 8, 10, seed=0, batch=B)
+        train.gd(problems, steps=1, lr=0.1, engine="compiled")
+        seconds, _ = timed(lambda: train.gd(problems, steps=2000, lr=0.1, record_every=2000, engine="compiled"), 3)
+        print(f"  GD step (compiled), (6,8,10), batch {B}: {seconds / 2000 * 1e6:.1f} us per step", flush=True)
+        ROWS.append((f"GD step, compiled engine, (6,8,10), batch {B}", "-", f"{seconds / 2000 * 1e6:.1f} us", "-",
+                     "per step, all problems", ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller reference shares")
@@ -224,6 +236,7 @@ def main() -> None:
     single_solves(repeats)
     batch_of_solves(repeats)
     gd_floor()
+    gd_small_batches()
     e41(share=2 if args.quick else 10)
     e22(share=2 if args.quick else 10)
     e51_search(e51(share=2 if args.quick else 5))

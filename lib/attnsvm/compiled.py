@@ -31,9 +31,9 @@ from . import heads
 from .data import Problem
 from .model import LOSSES, queries, token_values
 
-# Reassociation lets sums of products vectorize; no assumption about infinities (the masked logits are -inf).
+# Reassociation lets sums of products vectorize; no assumption about infinities (running maxima start at -inf).
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
-_TINY = 1e-290  # where e^{second} is below this, ratios are taken as e^{h - second}, not as quotients
+_TINY = 1e-290  # where e^{second} is below this, ratios are taken as e^{logit - second}, not as quotients
 LANES = 4  # float64 lanes of an AVX2 vector: a block holds a multiple of this many problems
 BLOCK = 64  # problems run side by side: a block's arrays stay in the L2 cache
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}  # logistic, exponential, linear
@@ -72,8 +72,8 @@ LIBMVEC = _load_libmvec()
 def _in_place(name: str, scalar):
     """A compiled f(a, index) that replaces each entry of the row a[index] (the leading indices of a C-contiguous
     float64 array whose rows are a whole number of vectors) by its `name`: libmvec's routine, LANES entries a
-    call, where it is loaded, else `scalar` entry by entry (results within an ulp of each other). The row is
-    addressed, not sliced: in these loops a view costs more than a row's arithmetic."""
+    call, where it is loaded, else `scalar` entry by entry (both within two ulps of numpy's, tests/lib). The row
+    is addressed, not sliced: in these loops a view costs more than a row's arithmetic."""
     @numba.extending.intrinsic
     def apply(typingctx, a, index):
         if not (isinstance(a, numba.types.Array) and a.layout == "C" and a.dtype == numba.float64

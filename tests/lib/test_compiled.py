@@ -71,6 +71,20 @@ def test_engines_agree_where_every_probability_off_the_top_underflows():
     _assert_same_run(compiled, reference)
 
 
+@pytest.mark.parametrize("normalized", [True, False])
+def test_a_problem_with_zero_gradient_does_not_move_beside_ones_that_do(normalized):
+    """Problem 1's tokens are equal within each sequence: its gradient is exactly 0, and its lane keeps W0
+    while the lanes beside it train, as in the torch loop."""
+    problem = data.random_problem(4, 5, 6, seed=9, batch=3)
+    X = problem.X.clone()
+    X[1] = X[1, :, :1]
+    problem = data.Problem(X, problem.Y, problem.Z, problem.v)
+    W0 = train.uniform_init((3, 6, 6), 0)
+    compiled, reference = _both(problem, steps=20, lr=0.1, init=W0, normalized=normalized, record_every=20)
+    assert torch.equal(compiled.W[-1, 1], W0[1]) and not torch.equal(compiled.W[-1, 0], W0[0])
+    _assert_same_run(compiled, reference)
+
+
 @pytest.mark.parametrize("size", [1, 5, 70])
 def test_a_problems_run_does_not_depend_on_the_rest_of_the_batch(size):
     """Problems run side by side, one per vector lane, in blocks: each lane's arithmetic is its own."""
