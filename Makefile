@@ -1,11 +1,8 @@
 # The only entry points. A fresh machine needs two: `make book` and `make test`.
 PYTHON ?= python3
-# The same printed numbers on any x86-64 machine with AVX2: one code path for MKL (torch's BLAS), ATen's vector
-# kernels, OpenBLAS (numpy, scipy) and Numba's compiled loops, whatever else the processor offers.
-export MKL_CBWR := AVX2,STRICT
-export ATEN_CPU_CAPABILITY := avx2
-export OPENBLAS_CORETYPE := Haswell
-export NUMBA_CPU_NAME := haswell
+# The CPU code paths (the same printed numbers on any x86-64 machine with AVX2) are pinned by the library itself,
+# attnsvm.codepaths, when it is imported before numpy and torch: not here, so that `make test` executes the
+# chapters exactly as a reader's Jupyter, Binder or Colab does.
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed

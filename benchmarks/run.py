@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import attnsvm  # noqa: I001 (first: it pins the CPU code paths before numpy and torch load)
 import numpy as np
 import torch
 
-import attnsvm
 from attnsvm import data, multitoken, ranks, svm, theory, train
 
 sys.path.insert(0, str(Path(__file__).parent))

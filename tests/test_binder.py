@@ -35,3 +35,12 @@ def test_binder_pins_every_library_dependency():
 def test_binder_installs_the_library_and_python_311():
     assert "pip install --no-deps -e ./lib" in (ROOT / "binder" / "postBuild").read_text()
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
+
+
+def test_binder_start_pins_the_code_paths_of_the_library():
+    from attnsvm.codepaths import PINS
+
+    start = (ROOT / "binder" / "start").read_text()
+    assert start.rstrip().endswith('exec "$@"')
+    exported = dict(re.findall(r"(\w+)=(\S+)", start.split("export", 1)[1].splitlines()[0]))
+    assert exported == PINS, f"binder/start exports {exported}, attnsvm.codepaths.PINS is {PINS}: make them equal"

@@ -9,8 +9,12 @@ prompt model; the gradients themselves are in `gradients`, the compiled loop for
 language, the causal and soft-margin Att-SVMs), `tensor` (paper C's tensor-trick view and Lipschitz bounds),
 `plots` (the book's figure style and tables), `widgets` (explorers), `exercises` (self-checks). Call `setup()`
 once at the top of a chapter.
+
+Import attnsvm before numpy, torch and numba: `codepaths` then pins their CPU code paths, so that the printed
+numbers are the same on any x86-64 machine with AVX2.
 """
 
+from . import codepaths  # noqa: I001 (first: it sets the code paths before numpy and torch load)
 from importlib.metadata import version as _version
 
 from . import (causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train,
@@ -19,5 +23,5 @@ from .session import elapsed, setup, worker_pool
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor",
+__all__ = ["codepaths", "causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor",
            "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM", "__version__"]

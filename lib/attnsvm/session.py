@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import random
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from importlib.metadata import version
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from . import plots
+from . import codepaths, plots
 from .checks import positive_int
 
 PACKAGES = ("attnsvm", "torch", "cvxpy", "numpy", "scipy", "matplotlib")
@@ -29,7 +30,8 @@ def setup(seed: int = 0, threads: int = 1, *, quiet: bool = False) -> None:
     an idle machine, but 0.51 s with 2 as soon as another process used a core (and 15 times longer under
     heavier load), and a batch of NNLS solves went from 1.3 s to 6.6 s with two BLAS threads under load; one
     thread is never far from the best. Prints the versions it runs with, so that a printed result can be
-    traced to its environment.
+    traced to its environment, and warns when a library does not run the pinned CPU code path
+    (`codepaths.report()`), since the printed numbers may then differ from the book's in their last digits.
     """
     global _started
     threads = positive_int(threads, "threads")
@@ -41,6 +43,11 @@ def setup(seed: int = 0, threads: int = 1, *, quiet: bool = False) -> None:
     np.random.seed(seed)
     random.seed(seed)
     plots.use_style()
+    unpinned = codepaths.report()
+    if unpinned and codepaths.PINNABLE:
+        warnings.warn("Not every library runs the book's CPU code path, so a printed number may differ from the "
+                      f"book's in its last digits: {unpinned}. Fix: restart the kernel and import attnsvm before "
+                      "numpy, torch and numba (the chapters' first import does).", stacklevel=2)
     if not quiet:
         items = [f"{name} {version(name)}" for name in PACKAGES]
         items += [f"Python {platform.python_version()}", f"seed {seed}"]

@@ -1,3 +1,4 @@
+import attnsvm  # noqa: F401, I001 (first: it pins the CPU code paths before torch and numpy load)
 import pytest
 import torch
 from threadpoolctl import threadpool_limits

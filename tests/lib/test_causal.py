@@ -452,7 +452,8 @@ def test_paper_C_form_is_optimal_kkt():
     np.testing.assert_allclose((W / np.linalg.norm(W)).ravel(), A.T @ values, atol=1e-9)  # stationarity
     margin = A @ W.ravel()
     assert (margin[values < C * (1 - 1e-6)] >= 1 - 1e-7).all() and (margin[values > 1e-9] <= 1 + 1e-7).all()
-    assert 0 < (values == C).sum() < len(values)  # some slack, not everywhere
+    at_bound = np.isclose(values, C, rtol=0, atol=1e-9)  # the solver's multipliers reach C up to round-off
+    assert 0 < at_bound.sum() < len(values)  # some slack, not everywhere
     assert _paper_C_objective(problem, W, C) <= _paper_C_objective(problem, _cvx(problem, alpha, C, "norm"), C) + 1e-12
 
 
