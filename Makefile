@@ -22,7 +22,7 @@ CORES := $(shell nproc 2>/dev/null || echo 2)
 EXECUTE := ../$(BIN)/jupyter execute --inplace --timeout=600
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync student pdf bench e51-seeds clean
+.PHONY: setup book test notebooks sync student pdf bench e51-seeds faults clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -60,7 +60,8 @@ book: setup
 	@echo "The book is at _build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py
+	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
+	  tests/test_provenance.py
 	$(NBVAL) book/
 	$(BIN)/python -m pytest tests/test_student_edition.py
 	$(JB_BUILD)
@@ -85,6 +86,11 @@ bench: setup
 # Chapter 5's stored seeds: the first 500 runs per d that pass paper A's E5.1 filter (about 2 minutes).
 e51-seeds: setup
 	$(BIN)/python tools/e51_seeds.py
+
+# Planted faults (tools/faults.py): each of a list of realistic library bugs is monkeypatched into a copy of every
+# chapter's run; prints which chapter assert (or library test) catches each one, fails if any goes uncaught.
+faults: $(INSTALLED)
+	$(BIN)/python tools/faults.py
 
 clean:
 	rm -rf _build vendor/static .pytest_cache .hypothesis

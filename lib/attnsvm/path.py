@@ -39,15 +39,36 @@ def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, refere
     return LOSSES[kind].excess(best[..., 0], (s * (best - scores)).sum(-1)).mean(-1)
 
 
+def _project_capped_simplex(s: torch.Tensor, R: float) -> torch.Tensor:
+    """The Euclidean projection of nonnegative, descending vectors s (..., r) on {s >= 0, sum(s) <= R}."""
+    k = torch.arange(1, s.shape[-1] + 1, dtype=s.dtype, device=s.device)
+    excess = s.cumsum(-1) - R
+    last = ((s - excess / k > 0) * k).argmax(-1, keepdim=True)  # the last index kept positive
+    shift = excess.gather(-1, last) / (last + 1).to(s.dtype)
+    return torch.where(s.sum(-1, keepdim=True) <= R, s, torch.clamp(s - shift, min=0.0))
+
+
+def _nuclear_ball(W: torch.Tensor, R: float, m: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The projection of W on {rank <= m, ||W||_* <= R} (the products K Q^T with ||K||^2 + ||Q||^2 <= 2R,
+    K, Q in R^{d x m}): the top m singular values projected on the capped simplex. Returns the projection and
+    its balanced factors K = U S^(1/2), Q = V S^(1/2)."""
+    U, S, Vh = torch.linalg.svd(W)
+    root = _project_capped_simplex(S[..., :m], R).sqrt()
+    K, Q = U[..., :m] * root[..., None, :], Vh[..., :m, :].transpose(-2, -1) * root[..., None, :]
+    return K @ Q.transpose(-2, -1), K, Q
+
+
 def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int = 200, loss: str = "logistic",
                         m: int | None = None, seed: int = 0, candidates: int = 12) -> Path:
     """W_R = argmin_{||W||_F <= R} L(W) (param="W"), or (K_R, Q_R) = argmin_{||K||^2 + ||Q||^2 <= 2R} L(K Q^T)
     (param="KQ", so that ||K_R Q_R^T||_* <= R), for each radius R of `radii` (increasing).
 
-    Riemannian gradient descent on the sphere of each radius (the minimizer lies on it once R is large), warm
-    started from the previous radius, with the exact gradient and a line search over `candidates` halving
-    step sizes scored by `_excess_loss`. A local method on a non-convex problem: it follows one branch of
-    minimizers, usually the global one when started at a small radius. Initialization as `gd`'s "uniform".
+    param="W": Riemannian gradient descent on the sphere of each radius (the minimizer lies on it once R is
+    large). param="KQ": projected gradient descent on W = K Q^T over {rank <= m, ||W||_* <= R}, the set of
+    products the (K, Q) budget allows (the factorization lemma); the factors returned are the balanced ones.
+    Both warm start from the previous radius and take the exact gradient and a line search over `candidates`
+    halving step sizes scored by `_excess_loss`. Local methods on a non-convex problem: they follow one branch
+    of minimizers, usually the global one when started at a small radius. Initialization as `gd`'s "uniform".
     """
     choice(param, "param", PARAMS)
     choice(loss, "loss", tuple(LOSSES))
@@ -59,45 +80,40 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
     steps, candidates = positive_int(steps, "steps"), positive_int(candidates, "candidates")
     d = problem.d
     m = d if m is None else positive_int(m, "m")
-    x = torch.cat([p.flatten(-2) for p in initial_parameters(problem, param, "uniform", m, seed)], -1)
+    start = initial_parameters(problem, param, "uniform", m, seed)
+    W = start[0] if param == "W" else start[0] @ start[1].transpose(-2, -1)
     u, scores = token_values(problem), problem.Y[..., None] * token_values(problem)
 
-    def weights_of(x):
+    def retract(W, R):
+        """W moved back to the set of radius R (and the factors for "KQ")."""
         if param == "W":
-            return x.unflatten(-1, (d, d))
-        K, Q = x[..., : d * m].unflatten(-1, (d, m)), x[..., d * m:].unflatten(-1, (d, m))
-        return K @ Q.transpose(-2, -1)
+            return R * W / W.norm(dim=(-2, -1), keepdim=True), None, None
+        return _nuclear_ball(W, R, m)
 
-    def flat_gradient(x, G):
-        if param == "W":
-            return G.flatten(-2)
-        K, Q = x[..., : d * m].unflatten(-1, (d, m)), x[..., d * m:].unflatten(-1, (d, m))
-        return torch.cat([(G @ Q).flatten(-2), (G.transpose(-2, -1) @ K).flatten(-2)], -1)
-
-    fractions = 2.0 ** -torch.arange(candidates, dtype=x.dtype, device=x.device)
+    fractions = 2.0 ** -torch.arange(candidates, dtype=W.dtype, device=W.device)
     records = []
     for R in radii:
-        rho = R if param == "W" else np.sqrt(2 * R)
-        x = rho * x / x.norm(dim=-1, keepdim=True)
-        step = torch.full(x.shape[:-1], 0.5, dtype=x.dtype, device=x.device)  # angle-like, adapted per problem
+        W, K, Q = retract(W, R)
+        step = torch.full(W.shape[:-2], 0.5, dtype=W.dtype, device=W.device)  # relative to R, adapted per problem
         for _ in range(steps):
-            G, _, grad = weight_gradient(problem, weights_of(x), loss, values=u)
-            g, s = flat_gradient(x, G), grad.probs
-            tangent = g - (g * x).sum(-1, keepdim=True) * x / rho**2
-            direction = -tangent / torch.where(tangent.norm(dim=-1, keepdim=True) > 0,
-                                               tangent.norm(dim=-1, keepdim=True), 1.0)
-            tries = (step[None] * fractions.reshape((-1,) + (1,) * step.ndim))[..., None]  # (candidates, ..., 1)
-            moved = x + tries * rho * direction
-            moved = torch.cat([x[None], rho * moved / moved.norm(dim=-1, keepdim=True)])  # "stay" comes first
-            scored = _excess_loss(problem, scores, weights_of(moved), s.argmax(-1), loss)
+            G, _, grad = weight_gradient(problem, W, loss, values=u)
+            if param == "W":  # the tangent part of the gradient on the sphere
+                G = G - (G * W).sum((-2, -1), keepdim=True) * W / R**2
+            norm = G.norm(dim=(-2, -1), keepdim=True)
+            direction = -G / torch.where(norm > 0, norm, 1.0)
+            tries = (step[None] * fractions.reshape((-1,) + (1,) * step.ndim))[..., None, None]
+            moved = torch.cat([W[None], retract(W + tries * R * direction, R)[0]])  # "stay" comes first
+            scored = _excess_loss(problem, scores, moved, grad.probs.argmax(-1), loss)
             best = scored.argmin(0)
-            x = moved.gather(0, best[None, ..., None].expand((1,) + x.shape))[0]
-            taken = torch.where(best > 0, step * 2.0 ** -(best - 1).to(x.dtype), step * fractions[-1])
+            W = moved.gather(0, best[(None, ...) + (None,) * 2].expand((1,) + W.shape))[0]
+            taken = torch.where(best > 0, step * 2.0 ** -(best - 1).to(W.dtype), step * fractions[-1])
             step = torch.clamp(4 * taken, max=1.0)
-        W = weights_of(x)
-        records.append((W, loss_of(problem, W, loss), x))
-    W, losses, xs = (torch.stack(parts) for parts in zip(*records))
+        if param == "KQ":
+            W, K, Q = _nuclear_ball(W, R, m)
+            W = K @ Q.transpose(-2, -1)
+        records.append((W, loss_of(problem, W, loss), K, Q))
+    W, losses, K, Q = zip(*records)
+    W, losses = torch.stack(W), torch.stack(losses)
     if param == "W":
         return Path(radii=radii, W=W, loss=losses)
-    return Path(radii=radii, W=W, loss=losses, K=xs[..., : d * m].unflatten(-1, (d, m)),
-                Q=xs[..., d * m:].unflatten(-1, (d, m)))
+    return Path(radii=radii, W=W, loss=losses, K=torch.stack(K), Q=torch.stack(Q))

@@ -1,6 +1,11 @@
 """attnsvm.train.regularization_path: iterates on the spheres, monotone loss, determinism, input checks, convergence
 in direction to the Att-SVM, and a brute-force comparison on a tiny problem."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -128,3 +133,63 @@ def test_W_path_beats_random_points_on_the_sphere():
         normal = (G * path.W[r]).sum() / R**2 * path.W[r]
         assert (G - normal).norm() <= 1e-6 * G.norm()
         assert (G * path.W[r]).sum() < 0
+
+
+def test_capped_simplex_projection_is_the_nearest_point():
+    from attnsvm.path import _project_capped_simplex
+
+    gen = torch.Generator().manual_seed(0)
+    s = torch.sort(torch.rand(200, 6, generator=gen, dtype=torch.float64) * 3, descending=True).values
+    for R in (0.5, 2.0, 100.0):
+        p = _project_capped_simplex(s, R)
+        assert (p >= 0).all() and (p.sum(-1) <= R * (1 + 1e-14)).all()
+        inside = s.sum(-1) <= R
+        assert torch.equal(p[inside], s[inside])
+        # The nearest point of the set: no feasible random point is closer (the set is convex).
+        others = torch.rand(200, 500, 6, generator=gen, dtype=torch.float64)
+        others = others / others.sum(-1, keepdim=True) * R * torch.rand(200, 500, 1, generator=gen, dtype=torch.float64)
+        assert ((others - s[:, None]).norm(dim=-1) >= (p - s).norm(dim=-1)[:, None] - 1e-12).all()
+
+
+def test_KQ_path_is_balanced_and_stationary_on_the_nuclear_ball():
+    """The factors are balanced (K^T K = Q^T Q), and W_R is a fixed point of projected gradient descent on
+    {||W||_* <= R}: a first-order stationary point of the constrained problem."""
+    from attnsvm.path import _nuclear_ball
+    from attnsvm.train import loss_gradient
+
+    problem = data.random_problem(4, 5, 6, seed=6, batch=3)
+    path = train.regularization_path(problem, [0.5, 1.0, 2.0], param="KQ", steps=300)
+    torch.testing.assert_close(path.K.transpose(-2, -1) @ path.K, path.Q.transpose(-2, -1) @ path.Q,
+                               rtol=0, atol=1e-12)
+    for r, R in enumerate(path.radii):
+        W = path.W[r]
+        G = loss_gradient(problem, W)
+        moved = _nuclear_ball(W - 0.1 * R * G / G.norm(dim=(-2, -1), keepdim=True), R, problem.d)[0]
+        assert ((moved - W).norm(dim=(-2, -1)) < 1e-6 * R).all()
+
+
+PATH_ON_ONE_CODE_PATH = """
+import attnsvm, json, numpy as np
+from attnsvm import data, train
+attnsvm.setup(quiet=True)
+problems = data.random_problem(6, 8, 10, seed=0, batch=8)
+radii = 2.0 ** np.arange(-1, 8)
+W = train.regularization_path(problems, radii, steps=200).W, train.regularization_path(problems, radii, param="KQ",
+                                                                                       steps=150).W
+print(json.dumps([w.tolist() for w in W]))
+"""
+
+
+def test_path_is_the_same_on_another_cpu_code_path():
+    """Chapter 2's paths (its radii and steps) computed with ATen's AVX2 kernels and with its default kernels,
+    which round some sums and exponentials differently, as another processor would: the directions agree to
+    1e-7, so the printed digits do not depend on the processor. (The (K, Q) path of Riemannian descent on the
+    factors, which this replaced, differed in the second digit.)"""
+    runs = []
+    for capability in ("avx2", "default"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+        out = subprocess.run([sys.executable, "-c", PATH_ON_ONE_CODE_PATH], env=env, capture_output=True,
+                             text=True, timeout=600, check=True).stdout
+        runs.append([torch.tensor(w) for w in json.loads(out.splitlines()[-1])])
+    for a, b in zip(*runs):
+        assert (1 - theory.correlation(a, b)).max() < 1e-7
