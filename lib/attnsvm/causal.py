@@ -23,9 +23,11 @@ The causal Att-SVM (`att_svm`) separates, for every query, the selected token al
 
 except the candidates t that are copies of the selected token (x_it = x_{i alpha_ik}): their logit equals the
 selected token's for every W, so no W can separate them; they are left out (`separation_mask`). Its
-soft-margin version (paper C, Definition 4.1) adds slacks xi >= 0 to the constraints and C sum xi to the
-objective. On language data the hard margin is often infeasible (`feasible`): one query token must prefer a to
-b in one prefix and b to a in another. `preference_cycle` finds such a cycle, `conflicts` marks every
+soft-margin version adds slacks xi >= 0 to the constraints and C sum xi to the objective: one slack per
+constraint (the default), or one per (sequence, token) shared by the queries of the sequence (slack="token",
+paper C's Definition 4.1 as printed); `penalty_threshold` gives the C above which it is the hard-margin SVM.
+On language data the hard margin is often infeasible (`feasible`): one query token must prefer a to b in one prefix
+and b to a in another. `preference_cycle` finds such a cycle, `conflicts` marks every
 constraint on one, `max_positive_margins` counts the constraints one W can satisfy at best, and `margins` and
 `violations` measure a given W.
 
@@ -44,6 +46,7 @@ import clarabel
 import numpy as np
 import torch
 from scipy import sparse
+from scipy.optimize import linprog
 
 from . import svm
 from .checks import as_index, as_tensor, choice, positive_float, positive_int, require_shape
@@ -54,6 +57,7 @@ from .model import LOSSES, weights
 from .train import Trajectory
 
 OBJECTIVES = ("squared", "norm")  # (1/2)||W||_F^2 + C sum xi (default), or paper C's ||W||_F + C sum xi
+SLACKS = ("constraint", "token")  # one slack per constraint (i, k, t) (default), or paper C's per (sequence i, token t)
 POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
 
 
@@ -154,6 +158,12 @@ class SequenceProblem(Sequences):
 
     @property
     def K(self) -> int:
+        """The number of query positions (the first K tokens are queries)."""
+        return self.V.shape[-2]
+
+    @property
+    def P(self) -> int:
+        """The number of query positions, the same as `K`: the book writes P, since K is its key matrix."""
         return self.V.shape[-2]
 
     @property
@@ -169,7 +179,7 @@ class SequenceProblem(Sequences):
     def __repr__(self) -> str:
         batch = f"batch={self.batch_shape}, " if self.batch_shape else ""
         kind = "causal" if self.causal else "seq2seq"
-        return f"SequenceProblem({batch}n={self.n}, T={self.T}, K={self.K}, d={self.d}, {kind})"
+        return f"SequenceProblem({batch}n={self.n}, T={self.T}, P={self.P}, d={self.d}, {kind})"
 
 
 def next_token_problem(X) -> SequenceProblem:
@@ -547,30 +557,93 @@ def _norm_objective(rows: _Constraints, C: float):
     return W, lam
 
 
+def _groups(rows: _Constraints, slack: str) -> np.ndarray:
+    """The slack of each constraint: its own (slack="constraint"), or that of its (sequence i, token t)."""
+    i, _, t = np.nonzero(rows.where)
+    if slack == "constraint":
+        return np.arange(len(i))
+    return np.unique(np.stack([i, t], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _token_slack(rows: _Constraints, C: float, objective: str):
+    """Paper C's Definition 4.1 as printed: one slack xi_g per (sequence i, token t), shared by every query k of
+    sequence i, min (1/2)||W||_F^2 or ||W||_F + C sum_g xi_g s.t. margin_c >= 1 - xi_g(c), xi >= 0. Returns (W, lam)
+    with W = A^T lam ("squared") or W = ||W||_F A^T lam ("norm"), lam >= 0 and sum_{c in g} lam_c <= C.
+
+    Solved by Clarabel in the factor space B (B B^T = G): variables (y, s, xi) with margins B y (s and the
+    second-order cone ||y|| <= s only for "norm"); W is rebuilt from the multipliers of the margin constraints.
+    """
+    B = _factor(rows.gram())
+    m = len(B)
+    groups = _groups(rows, "token")
+    g = int(groups.max()) + 1
+    P = sparse.csc_matrix((np.ones(m), (np.arange(m), groups)), shape=(m, g))
+    norm = objective == "norm"
+    s_col = [sparse.csc_matrix((m, 1))] if norm else []
+    blocks = [sparse.hstack([-sparse.csc_matrix(B)] + s_col + [-P]),  # slack = B y + P xi - 1 >= 0
+              sparse.hstack([sparse.csc_matrix((g, m + norm)), -sparse.identity(g)])]  # slack = xi >= 0
+    b = [-np.ones(m), np.zeros(g)]
+    cones = [clarabel.NonnegativeConeT(m + g)]
+    if norm:
+        blocks += [sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, g))]),
+                   sparse.hstack([-sparse.identity(m), sparse.csc_matrix((m, 1 + g))])]  # (s, y) in the cone
+        b.append(np.zeros(1 + m))
+        cones.append(clarabel.SecondOrderConeT(1 + m))
+        quadratic = sparse.csc_matrix((m + 1 + g,) * 2)
+        q = np.concatenate([np.zeros(m), [1.0], np.full(g, C)])
+    else:
+        quadratic = sparse.block_diag([sparse.identity(m), sparse.csc_matrix((g, g))]).tocsc()
+        q = np.concatenate([np.zeros(m), np.full(g, C)])
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = 1e-10
+    settings.max_iter = 500
+    solver = clarabel.DefaultSolver(quadratic, q, sparse.vstack(blocks).tocsc(), np.concatenate(b), cones, settings)
+    solution = solver.solve()
+    if str(solution.status) not in ("Solved", "AlmostSolved"):
+        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on the per-token soft-margin SVM")
+    lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)
+    W = rows.combine(lam)
+    if norm:
+        W = np.linalg.norm(np.asarray(solution.x)[:m]) * W
+    return W, lam
+
+
 def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, objective: str = "squared",
-            return_multipliers: bool = False):
+            slack: str = "constraint", return_multipliers: bool = False):
     """The causal (or seq2seq) Att-SVM for the selection alpha (default: the optimal tokens), numpy (..., d, d).
 
     C=None: the hard-margin SVM, min ||W||_F s.t. every margin of `separation_mask` >= 1; raises
     svm.InfeasibleSVM (`.instances`: the infeasible batch indices) when no W exists.
-    C > 0: the soft-margin SVM with slacks xi >= 0 on the margins (paper C, Definition 4.1), with the objective
+    C > 0: the soft-margin SVM with slacks xi >= 0 on the margins, margin_c >= 1 - xi, with the objective
     (1/2)||W||_F^2 + C sum xi ("squared", solved exactly through its dual, a box-constrained QP) or paper C's
     ||W||_F + C sum xi ("norm", a second-order cone program). Both give the same family of solutions: the "norm"
-    solution for C is the "squared" one for C ||W||_F. Both tend to the hard-margin SVM as C grows, if it exists.
+    solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for every C
+    above `penalty_threshold` (the "squared" one at C ||W^mm||_F).
+    slack: "constraint" (default), one slack per constraint (i, k, t), the textbook soft margin; or "token",
+    paper C's Definition 4.1 as printed, one slack xi_it per (sequence i, token t) shared by all queries k of
+    sequence i whose constraints involve token t (a cone program, accurate to about 1e-8).
     return_multipliers: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
-    ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C.
+    ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
+    with sum of lam over the constraints of each (i, t) at most C (slack="token").
     """
     choice(objective, "objective", OBJECTIVES)
+    choice(slack, "slack", SLACKS)
     if C is not None:
         C = positive_float(C, "C")
     elif objective != "squared":
         raise ValueError('objective="norm" is paper C\'s soft-margin form: pass C with it')
+    elif slack != "constraint":
+        raise ValueError('slack="token" is a soft-margin option: pass C with it')
     alpha = _selection(problem, alpha)
     instances, batch = _constraints(problem, alpha)
     solutions = []
     for rows in instances:
         if C is None:
             solutions.append(_hard(rows))
+        elif slack == "token":
+            solutions.append(_token_slack(rows, C, objective) if len(rows.deltas) else
+                             (np.zeros((problem.d,) * 2), np.zeros(0)))
         elif objective == "squared":
             lam = _box_qp(rows.gram(), C) if len(rows.deltas) else np.zeros(0)
             solutions.append((rows.combine(lam), lam))
@@ -596,6 +669,48 @@ def feasible(problem: SequenceProblem, alpha=None) -> np.ndarray:
     instances, batch = _constraints(problem, _selection(problem, alpha))
     flags = [len(rows.deltas) == 0 or svm._least_distance(_factor(rows.gram())) is not None for rows in instances]
     return np.array(flags, dtype=bool).reshape(batch)
+
+
+def penalty_threshold(problem: SequenceProblem, alpha=None, *, slack: str = "constraint") -> np.ndarray:
+    """The exact-penalty threshold C* of paper C's soft-margin form (objective="norm"), shape (...,).
+
+    With lam the multipliers of the hard-margin SVM (W^mm = sum_c lam_c A_c, lam >= 0, lam_c = 0 off the
+    margin), C* = min over all such lam of max_c lam_c / ||W^mm||_F (slack="constraint"), or of
+    max_(i,t) sum_{c of (i, t)} lam_c / ||W^mm||_F (slack="token"). The soft-margin solution is W^mm for every
+    C > C*, W^mm is one solution at C = C*, and it is none for C < C*. The minimum over lam matters only when the
+    constraints on the margin are linearly dependent (otherwise lam is unique); it is a linear program (HiGHS).
+    Raises svm.InfeasibleSVM where the hard-margin SVM does not exist.
+    """
+    choice(slack, "slack", SLACKS)
+    alpha = _selection(problem, alpha)
+    W_mm, lam0 = att_svm(problem, alpha, return_multipliers=True)
+    instances, batch = _constraints(problem, alpha)
+    W_flat, lam_flat = W_mm.reshape((-1,) + W_mm.shape[-2:]), lam0.reshape((-1,) + lam0.shape[-3:])
+    out = []
+    for rows, W, lam in zip(instances, W_flat, lam_flat):
+        m = len(rows.deltas)
+        if m == 0:
+            out.append(0.0)
+            continue
+        lam = lam[rows.where]
+        G = rows.gram()
+        values, vectors = np.linalg.eigh(G)
+        keep = values > 1e-10 * max(values.max(), 1e-300)
+        B = vectors[:, keep] * np.sqrt(values[keep])  # independent coordinates of the rows A_c
+        margin = rows.margins(W)
+        bounds = [(0.0, None if abs(margin[c] - 1) <= 1e-7 * max(1.0, margin[c]) else 0.0) for c in range(m)] \
+            + [(None, None)]
+        groups = _groups(rows, slack)
+        g = int(groups.max()) + 1
+        upper = np.hstack([np.zeros((g, m)), -np.ones((g, 1))])
+        upper[groups, np.arange(m)] = 1.0  # sum of lam over a slack's constraints - t <= 0
+        result = linprog(np.r_[np.zeros(m), 1.0], A_ub=upper, b_ub=np.zeros(g),
+                         A_eq=np.hstack([B.T, np.zeros((B.shape[1], 1))]), b_eq=B.T @ lam, bounds=bounds,
+                         method="highs")
+        if result.status != 0:
+            raise svm.SolverError(f"HiGHS stopped on the exact-penalty threshold: {result.message}")
+        out.append(result.x[-1] / np.linalg.norm(W))
+    return np.array(out).reshape(batch)
 
 
 def violations(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
@@ -714,7 +829,7 @@ def conflicts(problem: SequenceProblem, alpha=None) -> np.ndarray:
     return out.reshape(problem.batch_shape + out.shape[1:])
 
 
-def max_positive_margins(problem: SequenceProblem, alpha=None) -> np.ndarray:
+def max_positive_margins(problem: SequenceProblem, alpha=None, *, return_W: bool = False):
     """The largest number of Att-SVM constraints that one W can give a positive margin: int (...,).
 
     Any W orders the tokens for each query token a by their logits p^T W x_a, and a constraint (prefer p to q)
@@ -723,23 +838,42 @@ def max_positive_margins(problem: SequenceProblem, alpha=None) -> np.ndarray:
     connected components of a's preference graph, plus the best order inside each component (found exactly
     by dynamic programming over its subsets). When the distinct tokens are linearly independent, every family
     of orders is realized by some W (see `conflicts`), and the bound is attained.
+
+    return_W: also return a witness W (numpy (..., d, d)) with p^T W x_a = -(the rank of p in a best order of
+    a's tokens) for every distinct token p and query token a, by least squares (pseudo-inverses). When the
+    distinct tokens are linearly independent these equations hold exactly and W attains the count; otherwise
+    it may attain fewer.
     """
     alpha = _selection(problem, alpha)
     flat = SequenceProblem(problem.X.reshape((-1,) + problem.X.shape[-3:]),
                            problem.V.reshape((-1,) + problem.V.shape[-3:]), causal=problem.causal)
     alpha = alpha.reshape((-1,) + alpha.shape[-2:])
-    counts = []
+    counts, witnesses = [], []
     for b in range(len(alpha)):
         weights = {}  # query token -> {(p, q): number of constraints asking for p before q}
         for *_, a, p, q in _preference_edges(flat[b], alpha[b]):
             weights.setdefault(a, {}).setdefault((p, q), 0)
             weights[a][p, q] += 1
-        counts.append(sum(_best_order(edges) for edges in weights.values()))
-    return np.array(counts, dtype=np.int64).reshape(problem.batch_shape)
+        best = {a: _best_order(edges) for a, edges in weights.items()}
+        counts.append(sum(count for count, _ in best.values()))
+        if return_W:
+            tokens = torch.unique(flat[b].X.reshape(-1, problem.d), dim=0).cpu().numpy()  # ids as in the edges
+            queries = sorted(best)
+            phi = np.zeros((len(tokens), len(queries)))  # phi[p, j] = p^T W x_(queries[j])
+            for j, a in enumerate(queries):
+                for rank, p in enumerate(best[a][1]):
+                    phi[p, j] = -float(rank)
+            A = tokens[queries]
+            witnesses.append(np.linalg.pinv(tokens) @ phi @ np.linalg.pinv(A.T) if queries else
+                             np.zeros((problem.d, problem.d)))
+    counts = np.array(counts, dtype=np.int64).reshape(problem.batch_shape)
+    if not return_W:
+        return counts
+    return counts, np.stack(witnesses).reshape(problem.batch_shape + (problem.d, problem.d))
 
 
-def _best_order(edges: dict) -> int:
-    """max over orders of the nodes of the total weight of the edges (p, q) with p before q."""
+def _best_order(edges: dict):
+    """(max over orders of the nodes of the total weight of the edges (p, q) with p before q, one best order)."""
     graph = {}
     for p, q in edges:
         graph.setdefault(p, {})[q] = True
@@ -747,22 +881,42 @@ def _best_order(edges: dict) -> int:
     reach = {x: _reachable(graph, x) for x in nodes}
     component = {x: frozenset(y for y in reach[x] if x in reach[y]) for x in nodes}
     total = sum(w for (p, q), w in edges.items() if component[p] != component[q])  # always satisfiable
+    inside = {}  # component -> its best internal order
     for members in set(component.values()):
         if len(members) == 1:
+            inside[members] = list(members)
             continue
         if len(members) > 16:
             raise ValueError(f"a preference conflict among {len(members)} tokens is too large for the exact "
                              f"count (at most 16): use fewer sequences or a larger vocabulary")
-        index = {x: j for j, x in enumerate(sorted(members))}
+        names = sorted(members)
+        index = {x: j for j, x in enumerate(names)}
         into = [[0] * len(index) for _ in index]  # into[v][u]: weight of the edge u -> v
         for (p, q), w in edges.items():
             if p in index and q in index:
                 into[index[q]][index[p]] += w
         best = [0] + [-1] * ((1 << len(index)) - 1)  # best[S]: the nodes of S placed first, in the best order
+        last = [-1] * (1 << len(index))  # the node placed last in a best order of S
         for S in range(1 << len(index)):
             for v in range(len(index)):
                 if not S >> v & 1:
                     gained = sum(into[v][u] for u in range(len(index)) if S >> u & 1)
-                    best[S | 1 << v] = max(best[S | 1 << v], best[S] + gained)
+                    if best[S] + gained > best[S | 1 << v]:
+                        best[S | 1 << v], last[S | 1 << v] = best[S] + gained, v
         total += best[-1]
-    return total
+        order, S = [], (1 << len(index)) - 1
+        while S:
+            order.append(names[last[S]])
+            S &= ~(1 << last[S])
+        inside[members] = order[::-1]
+    # the components in a topological order of the condensation (an edge between components goes forward)
+    placed, order = set(), []
+    components = sorted(set(component.values()), key=lambda c: min(c))
+    while len(placed) < len(components):
+        for c in components:
+            if c not in placed and all(component[p] in placed or component[p] == c
+                                       for (p, q) in edges if component[q] == c):
+                placed.add(c)
+                order.extend(inside[c])
+                break
+    return total, order

@@ -54,6 +54,7 @@ def test_samples_follow_the_transitions_and_are_reproducible():
 def test_next_token_problems_batch_one_language_per_seed():
     problem, ids = causal.next_token_problems(4, 5, 8, V=6, seeds=[2, 7])
     assert problem.batch_shape == (2,) and (problem.n, problem.T, problem.K, problem.d) == (4, 5, 4, 8)
+    assert problem.P == problem.K
     for b, seed in enumerate([2, 7]):
         expected_ids, X = causal.synthetic_language(6, 8, seed=seed).sample(4, 5, seed=seed)
         assert torch.equal(ids[b], expected_ids) and torch.equal(problem.X[b], X)
@@ -85,7 +86,7 @@ def test_candidates_scores_and_repr():
     torch.testing.assert_close(gamma[1, 2, :3], problem.X[1, :3] @ problem.V[1, 2])
     seq2seq = causal.SequenceProblem(problem.X, problem.V, causal=False)
     assert causal.candidates(seq2seq).all() and torch.isfinite(causal.scores(seq2seq)).all()
-    assert "causal" in repr(problem) and "seq2seq" in repr(seq2seq)
+    assert "causal" in repr(problem) and "seq2seq" in repr(seq2seq) and "P=3" in repr(problem)
 
 
 def test_optimal_token_among_copies_is_the_latest_and_copies_are_not_separated():
@@ -581,3 +582,77 @@ def test_max_positive_margins_is_exact_and_never_beaten():
     X = torch.stack([torch.stack([b_, a]), torch.stack([b_, a])])
     two_cycle = causal.SequenceProblem(X, torch.stack([torch.stack([c, a]), torch.stack([c, b_])]))
     assert causal.max_positive_margins(two_cycle) == 1
+
+
+# ------------------------------------------------------------------ paper C's per-token slack, the exact penalty
+
+def _cvx_token_slack(problem, alpha, C, objective):
+    """Paper C's Definition 4.1 as printed, in the primal with cvxpy: one slack per (sequence i, token t)."""
+    A, where = _rows(problem, alpha)
+    groups = {}
+    index = np.array([groups.setdefault((i, t), len(groups)) for i, _, t in where])
+    W = cp.Variable((problem.d, problem.d))
+    xi = cp.Variable(len(groups), nonneg=True)
+    norm = 0.5 * cp.sum_squares(W) if objective == "squared" else cp.norm(W, "fro")
+    prob = cp.Problem(cp.Minimize(norm + C * cp.sum(xi)), [A @ cp.vec(W, order="C") >= 1 - xi[index]])
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
+    assert prob.status == cp.OPTIMAL
+    return W.value, index
+
+
+@pytest.mark.parametrize("objective", ["squared", "norm"])
+def test_token_slack_is_paper_C_definition_as_printed(objective):
+    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[3])[0][0]
+    alpha = causal.optimal_tokens(problem)
+    assert not causal.feasible(problem)  # slack is needed
+    C = 2.0 if objective == "squared" else 1.0
+    W, lam = causal.att_svm(problem, C=C, objective=objective, slack="token", return_multipliers=True)
+    W_cvx, index = _cvx_token_slack(problem, alpha, C, objective)
+    np.testing.assert_allclose(W, W_cvx, atol=1e-5)
+    _, where = _rows(problem, alpha)
+    values = np.array([lam[w] for w in where])
+    sums = np.bincount(index, weights=values)
+    assert (values >= 0).all() and sums.max() <= C + 1e-9
+    assert np.isclose(sums, C, atol=1e-7).any()
+    # it differs from the one-slack-per-constraint SVM on this problem
+    assert np.linalg.norm(W - causal.att_svm(problem, C=C, objective=objective)) > 1e-3
+    with pytest.raises(ValueError, match="slack"):
+        causal.att_svm(problem, slack="token")
+    with pytest.raises(ValueError, match="slack"):
+        causal.att_svm(problem, C=1.0, slack="query")
+
+
+@pytest.mark.parametrize("slack", ["constraint", "token"])
+def test_penalty_threshold_is_sharp(slack):
+    problem = _random_problem(3, 4, 5, seed=19)
+    W_mm, lam = causal.att_svm(problem, return_multipliers=True)
+    C_star = float(causal.penalty_threshold(problem, slack=slack))
+    if slack == "constraint":  # independent constraint rows: the multipliers are unique
+        assert C_star == pytest.approx(lam.max() / np.linalg.norm(W_mm), rel=1e-7)
+    for factor, equal in [(1.01, True), (3.0, True), (0.99, False), (0.5, False)]:
+        W = causal.att_svm(problem, C=factor * C_star, objective="norm", slack=slack)
+        assert (np.linalg.norm(W - W_mm) < 1e-6 * np.linalg.norm(W_mm)) == equal, factor
+
+
+def test_penalty_threshold_takes_the_best_multipliers():
+    # sequence 1 repeats sequence 0: every constraint appears twice, and the multipliers of a pair may be split
+    # in any way; the threshold is that of the even split, half that of one sequence alone
+    one = _random_problem(1, 4, 5, seed=23)
+    two = causal.SequenceProblem(one.X.expand(2, 4, 5), one.V.expand(2, 4, 5))
+    single, double = float(causal.penalty_threshold(one)), float(causal.penalty_threshold(two))
+    np.testing.assert_allclose(causal.att_svm(two), causal.att_svm(one), atol=1e-9)
+    assert double == pytest.approx(single / 2, rel=1e-6)
+    W_mm = causal.att_svm(two)
+    assert np.linalg.norm(causal.att_svm(two, C=1.01 * double, objective="norm") - W_mm) < 1e-6
+    assert np.linalg.norm(causal.att_svm(two, C=0.99 * double, objective="norm") - W_mm) > 1e-6
+    with pytest.raises(svm.InfeasibleSVM):
+        causal.penalty_threshold(causal.next_token_problems(6, 5, 8, V=6, seeds=[3])[0][0])
+
+
+def test_witness_attains_the_max_positive_margins():
+    problems, _ = causal.next_token_problems(10, 5, 30, seeds=range(3))  # 20 tokens in R^30: independent
+    best, W = causal.max_positive_margins(problems, return_W=True)
+    positive = (np.nan_to_num(causal.margins(problems, torch.as_tensor(W)), nan=-1.0) > 1e-9).sum((-3, -2, -1))
+    np.testing.assert_array_equal(positive, best)
+    assert (best < causal.separation_mask(problems).sum((-3, -2, -1)).numpy()).any()  # a conflict somewhere
+
