@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from attnsvm import ranks, svm, theory
 
@@ -20,6 +21,29 @@ def test_spectra_are_the_singular_values_of_both_solutions():
 def test_a_point_without_feasible_problems_has_no_spectra():
     result = ranks.spectra(5, 5, 1, count=10, max_draws=50)  # in one dimension, 5 sequences are never separable
     assert result.values.shape == (2, 0, 1) and result.draws == 50
+
+
+def test_a_rare_point_is_filled_from_further_chunks():
+    problems, alpha, draws = ranks.feasible_problems(10, 5, 2, count=6, max_draws=3000, chunk=100)
+    assert len(alpha) == 6 and draws > 100  # feasibility is about 2% here, so one chunk of 100 is not enough
+    assert svm.feasible(problems.X, problems.Z, alpha).all()
+    assert torch.equal(alpha, theory.optimal_tokens(problems))
+    expected, taken = [], 0  # chunk j is sample_feasible with seed 1000 n + 100 T + d + 10**6 j
+    for j in range(draws // 100 + 1):
+        batch, a, used = theory.sample_feasible(10, 5, 2, count=6 - len(expected), max_draws=100,
+                                                seed=10502 + 10**6 * j)
+        expected += list(batch.X)
+        taken += used
+        if len(expected) == 6:
+            break
+    assert taken == draws and torch.equal(problems.X, torch.stack(expected))
+    result = ranks.spectra(10, 5, 2, count=6, max_draws=3000, chunk=100)
+    assert result.draws == draws and result.values.shape == (2, 6, 2)
+
+
+def test_max_draws_caps_the_chunks():
+    problems, alpha, draws = ranks.feasible_problems(15, 5, 2, count=100, max_draws=250, chunk=100)
+    assert draws == 250 and type(draws) is int and len(alpha) < 100  # feasibility is about 0.1% at (15, 5, 2)
 
 
 def test_workers_give_the_same_grid():
