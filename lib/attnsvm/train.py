@@ -4,6 +4,8 @@
 together; `regularization_path` (from `path`) follows the constrained minimizers. The gradients come from
 `gradients`, exact however far softmax saturates, so gradient descent never stalls on round-off. On the CPU, W
 trains in the compiled loop of `compiled` (the same steps, several times faster) wherever it applies.
+`gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
+plus machine epsilon, and an epsilon ridge on (K, Q)), which stalls once the gradient falls below epsilon.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from .path import Path, regularization_path
 PARAMS = ("W", "KQ")
 GRADIENTS = ("exact", "autograd")
 ENGINES = ("auto", "compiled", "torch")
+RULES = (None, "official")
+OFFICIAL_EPS = float(torch.finfo(torch.float64).eps)  # 2.22e-16: paper A's eps, in its step and its (K, Q) ridge
 __all__ = ["Trajectory", "Path", "gd", "gd_prompt", "gd_joint", "loss_gradient", "regularization_path",
-           "uniform_init"]
+           "uniform_init", "OFFICIAL_EPS"]
 
 
 @dataclass(frozen=True)
@@ -92,24 +96,36 @@ def loss_gradient(problem: Problem, W, kind: str = "logistic", head=None) -> tor
     return torch.exp(log_scale)[..., None, None] * direction
 
 
-def _autograd_gradient(problem: Problem, W: torch.Tensor, kind: str, head):
-    """dL/dW by autograd through softmax (correct until softmax saturates, then steered by round-off), and f."""
-    W = W.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad(loss(problem, W, kind, head).sum(), W)
-    return grad, outputs(problem, W.detach(), head)
+def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: float):
+    """The gradients of L + ridge (||K||_F^2 + ||Q||_F^2) with respect to W, or to K and Q, by autograd through
+    softmax (correct until softmax saturates, then steered by round-off), and the outputs f."""
+    leaves = [p.detach().requires_grad_(True) for p in params]
+    W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
+    risk = loss(problem, W, kind, head).sum()
+    if ridge:
+        risk = risk + ridge * sum((p * p).sum() for p in leaves)
+    grads = torch.autograd.grad(risk, leaves)
+    return grads, outputs(problem, W.detach(), head)
 
 
 def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True, init=None,
        record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0,
-       gradient: str = "exact", head=None, eps: float = 0.0, engine: str = "auto") -> Trajectory:
+       gradient: str | None = None, head=None, eps: float | None = None, ridge: float | None = None,
+       rule: str | None = None, engine: str = "auto") -> Trajectory:
     """Gradient descent on W (param="W") or on (K, Q) with W = K Q^T (param="KQ"), for every problem in the batch.
 
     normalized: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
-    otherwise the plain step -lr G. eps: normalize by ||G||_F + eps instead, as paper A's code does with eps
-    = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls to eps. init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform"
+    otherwise the plain step -lr G. eps: normalize by ||G||_F + eps instead (default 0), as paper A's code does
+    with eps = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls to
+    eps. ridge (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's (K, Q)
+    code does with ridge = eps. rule: None (the options above) or "official", paper A's update in full
+    (`local_converge.ipynb`): the gradient by autograd through softmax (unless gradient="exact" is passed),
+    each of W, K, Q stepped by -lr g / (||g||_F + OFFICIAL_EPS), and for (K, Q) the ridge OFFICIAL_EPS; it fixes
+    eps, ridge and normalized, so passing any of them with it is an error.
+    init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform"
     (seeded by `seed`), an initial W (..., d, d) or a pair (K0, Q0). m: the width of K and Q (default d).
     head: None for the problem's linear head v, or a head from `attnsvm.heads` (e.g. ReLU).
-    gradient: "exact" (see `gradients`) or "autograd" (through softmax, for comparison).
+    gradient: "exact" (the default, see `gradients`) or "autograd" (through softmax, for comparison).
     engine: "compiled" (`compiled`: the same steps, several times faster), "torch" (the batched torch loop, on
     any device, for every option), or "auto": compiled wherever it applies (W on the CPU, exact gradient,
     linear or ReLU head).
@@ -117,11 +133,23 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     """
     choice(param, "param", PARAMS)
     choice(loss, "loss", tuple(LOSSES))
-    choice(gradient, "gradient", GRADIENTS)
+    if choice(rule, "rule", RULES) == "official":
+        given = [name for name, value in (("eps", eps), ("ridge", ridge)) if value is not None]
+        given += [] if normalized is True else ["normalized"]
+        if given:
+            raise ValueError(f'rule="official" fixes {", ".join(given)} (paper A\'s update: eps = ridge = '
+                             f'{OFFICIAL_EPS:.3g}, normalized steps): do not pass {" or ".join(given)} with it')
+        eps, ridge = OFFICIAL_EPS, (OFFICIAL_EPS if param == "KQ" else 0.0)
+        gradient = "autograd" if gradient is None else gradient
+    gradient = choice("exact" if gradient is None else gradient, "gradient", GRADIENTS)
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     m = problem.d if m is None else positive_int(m, "m")
-    eps = nonnegative_float(eps, "eps")
+    eps = 0.0 if eps is None else nonnegative_float(eps, "eps")
+    ridge = 0.0 if ridge is None else nonnegative_float(ridge, "ridge")
+    if ridge and param != "KQ":
+        raise ValueError(f'ridge={ridge!r} applies to param="KQ" only (the term ridge (||K||_F^2 + ||Q||_F^2) of '
+                         f'paper A\'s (K, Q) code); param="W" has none')
     params = initial_parameters(problem, param, init, m, seed)
     unsupported = compiled.supports(param, head, gradient, problem.X.device)
     if choice(engine, "engine", ENGINES) == "compiled" and unsupported:
@@ -138,23 +166,21 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
             G, log_scale, grad = weight_gradient(problem, W, loss, head, values)
             probs, f = grad.probs, grad.outputs
         else:
-            (G, f), log_scale = _autograd_gradient(problem, W, loss, head), torch.zeros(problem.batch_shape)
-            probs = attention(problem, W)
+            grads, f = _autograd_gradient(problem, params, loss, head, ridge)
+            log_scale, probs = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device), attention(problem, W)
         if recorder.wants(k):
             factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
             recorder.add(W=W, probs=probs, loss=_risk(loss, problem.Y, f), **factors)
         if k == steps:
             break
-        if not normalized:
-            G = torch.exp(log_scale)[..., None, None] * G
-
-        def step(update):
-            return _unit(update, log_scale=log_scale, eps=eps) if normalized else update
-        if param == "W":
-            params = (params[0] - lr * step(G),)
-        else:
-            K, Q = params
-            params = (K - lr * step(G @ Q), Q - lr * step(G.transpose(-2, -1) @ K))
+        if gradient == "exact":
+            if ridge or not normalized:  # the true scale: the ridge's gradient is added to the loss's
+                G, log_scale = torch.exp(log_scale)[..., None, None] * G, torch.zeros_like(log_scale)
+            grads = (G,) if param == "W" else (G @ params[1], G.transpose(-2, -1) @ params[0])
+            if ridge:
+                grads = tuple(g + 2 * ridge * p for g, p in zip(grads, params))
+        params = tuple(p - lr * (_unit(g, log_scale=log_scale, eps=eps) if normalized else g)
+                       for p, g in zip(params, grads))
     return recorder.trajectory()
 
 
