@@ -13,6 +13,10 @@ A2 (keys), A3 (values), each (T, d).
   wrong), "sigmoid" g(-b s) = 1 - g(b s) (the corrected sigmoid loss), "logistic" log(1 + exp(-b s)) (the book's
   loss) and "squared" (s - b)^2 (paper C's l2 variant, paper D's formulation).
 - attention="linear" replaces the softmax row f(x) by the unnormalized row A_{j0} x (linear attention).
+- Curvature: `hessian` is the closed-form Hessian A_{j0}^T H_a A_{j0}; `lipschitz_bound` a Lipschitz constant of the
+  gradient valid on all of R^{d^2} (an upper bound); `empirical_lipschitz` (random pairs and points) and
+  `max_hessian_norm` (multi-start ascent over the R-ball) give lower bounds on the constant over the ball.
+  (The chapter writes the attention entry <f(x), h> as psi; the code calls it s.)
 
 Indices are 0-based in code (j0 = 0 is the math's j_0 = 1). Book translation (chapter 7): the book's sequence
 i is C's l0 (C's m is the book's n), A2 = X_i (keys), row j0 of A1 is the query z_i, A3 = X_i and y_{i0} = v
@@ -148,14 +152,17 @@ def _arguments(Aj, x, hv, b):
 
 
 def _outer(s, b, kind: str):
-    """L and dL/ds for the loss `kind` of s = <row, h> and target b."""
+    """L, dL/ds and d^2L/ds^2 for the loss `kind` of s = <row, h> and target b."""
     if kind == "squared":
-        return (s - b) ** 2, 2 * (s - b)
+        return (s - b) ** 2, 2 * (s - b), torch.full_like(s, 2.0)
     m = b * s
+    g1 = torch.sigmoid(m) * torch.sigmoid(-m)  # g'(b s)
     if kind == "logistic":
-        return torch.logaddexp(torch.zeros_like(m), -m), -b * torch.sigmoid(-m)
-    slope = b * torch.sigmoid(m) * torch.sigmoid(-m)  # b g'(b s)
-    return (torch.sigmoid(m), slope) if kind == "paper" else (torch.sigmoid(-m), -slope)
+        return torch.logaddexp(torch.zeros_like(m), -m), -b * torch.sigmoid(-m), b ** 2 * g1
+    slope, curvature = b * g1, b ** 2 * g1 * (1 - 2 * torch.sigmoid(m))  # b g'(b s), b^2 g''(b s)
+    if kind == "paper":
+        return torch.sigmoid(m), slope, curvature
+    return torch.sigmoid(-m), -slope, -curvature
 
 
 def loss(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
@@ -181,6 +188,30 @@ def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax")
         inner = hv.expand(row.shape)
     slope = _outer(s, b, kind)[1]
     return slope[..., None] * (inner[..., None, :] @ Aj)[..., 0, :]
+
+
+def _logit_hessian(logits, hv, b, kind: str, attention: str) -> torch.Tensor:
+    """The Hessian of the loss in the logits a = A_{j0} x, (..., T, T)."""
+    row = torch.softmax(logits, dim=-1) if attention == "softmax" else logits
+    s = (row * hv).sum(-1)
+    _, slope, curvature = _outer(s, b, kind)
+    if attention == "linear":
+        hb = hv.expand(row.shape)
+        return curvature[..., None, None] * hb[..., :, None] * hb[..., None, :]
+    w = row * (row[..., None, :] * (hv[..., :, None] - hv[..., None, :])).sum(-1)  # f o (h - s), pairwise
+    outer = w[..., :, None] * row[..., None, :]
+    return (curvature[..., None, None] * w[..., :, None] * w[..., None, :]
+            + slope[..., None, None] * (torch.diag_embed(w) - outer - outer.mT))
+
+
+def hessian(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+    """The closed-form Hessian d^2L/dx^2 (..., d^2, d^2) = A_{j0}^T H_a A_{j0}, with H_a the Hessian in the logits:
+    L'' w w^T + L' (diag(w) - w f^T - f w^T), w = f o (h - <f, h>) (softmax), or L'' h h^T (linear attention),
+    where L', L'' are the derivatives of the loss with respect to s = <row, h>."""
+    choice(kind, "kind", KINDS)
+    choice(attention, "attention", ATTENTIONS)
+    Aj, x, hv, b = _arguments(Aj, x, h, b)
+    return Aj.mT @ _logit_hessian(_logits(Aj, x), hv, b, kind, attention) @ Aj
 
 
 def paper_gradient(Aj, x, h, b) -> torch.Tensor:
@@ -351,6 +382,71 @@ def empirical_lipschitz(instance: Instance, R: float, *, kind: str = "logistic",
     power = hessian_norm(lambda z: loss(Aj, z, hv, b, kind=kind, attention=attention), x,
                          iterations=iterations, seed=seed + 2).max(0).values
     return Estimate(pairs, power)
+
+
+class Ascent(NamedTuple):
+    """The largest Hessian norm found by `max_hessian_norm` (a lower bound on the Lipschitz constant over the ball,
+    per instance) and a point of the ball where it is attained."""
+
+    value: torch.Tensor  # (...)
+    point: torch.Tensor  # (..., d^2)
+
+
+def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", attention: str = "softmax",
+                     starts: int = 32, steps: int = 200, lr: float = 0.05, seed: int = 0) -> Ascent:
+    """Multi-start projected gradient ascent of ||Hess L(x)||_2 over the R-ball {||A_{j0} x|| <= R}, per instance.
+
+    The loss depends on x only through the logits a = A_{j0} x, which fill the ball ||a|| <= R of the column space
+    of A_{j0}: with the SVD A_{j0} = U S V^T the search runs over c, a = U c, ||c|| <= R, and ||Hess L(x)|| is the
+    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 and `starts`
+    random points of the ball, each with a random unit vector e) takes `steps` Adam steps (learning rate `lr` R)
+    on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c and e, and c is scaled back into the ball after
+    each step. The result is the largest ||M(c)|| (exact, by eigvalsh) over the final and the best points of all
+    starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
+    ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}."""
+    choice(kind, "kind", KINDS)
+    choice(attention, "attention", ATTENTIONS)
+    Aj, hv, b = _matrix(instance.Aj, "Aj"), as_tensor(instance.h, "h"), as_tensor(instance.b, "b")
+    R = _ball_radius(Aj, R)
+    starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
+    lr = positive_float(lr, "lr")
+    U, S, Vh = torch.linalg.svd(Aj, full_matrices=False)  # (..., T, k), (..., k), (..., k, D)
+    keep = (S > S[..., :1] * 1e-12).to(torch.float64)  # the directions that move the logits
+    S = S * keep
+    SU = S[..., :, None] * U.mT  # S U^T, (..., k, T)
+    gen = torch.Generator().manual_seed(int(seed))
+    c = torch.randn((starts,) + S.shape, generator=gen, dtype=torch.float64) * keep
+    radius = R * torch.rand((starts,) + S.shape[:-1], generator=gen, dtype=torch.float64)
+    c = torch.cat([torch.zeros_like(c[:1]), c * (radius / c.norm(dim=-1))[..., None]])  # (starts + 1, ..., k)
+    e = torch.randn(c.shape, generator=gen, dtype=torch.float64) * keep
+
+    def M(z):
+        return SU @ _logit_hessian((U @ (z * keep)[..., None])[..., 0], hv, b, kind, attention) @ SU.mT
+
+    def project(z):
+        return z * torch.clamp(R / (z * keep).norm(dim=-1).clamp_min(1e-300), max=1.0)[..., None]
+
+    c, e = project(c).requires_grad_(True), e.requires_grad_(True)
+    best = torch.full(c.shape[:-1], -1.0, dtype=torch.float64)
+    best_c = c.detach().clone()
+    optimizer = torch.optim.Adam([c, e], lr=lr * R, maximize=True)
+    with torch.enable_grad():
+        for _ in range(steps):
+            quotient = (e[..., None, :] @ M(c) @ e[..., :, None])[..., 0, 0] / (e * e).sum(-1)
+            better = quotient.detach().abs() > best
+            best = torch.where(better, quotient.detach().abs(), best)
+            best_c = torch.where(better[..., None], c.detach(), best_c)
+            optimizer.zero_grad()
+            (quotient ** 2).sum().backward()
+            optimizer.step()
+            with torch.no_grad():
+                c.copy_(project(c))
+    candidates = torch.cat([best_c, c.detach()])
+    norms = torch.linalg.eigvalsh(M(candidates)).abs().max(-1).values
+    index = norms.argmax(0)
+    c_best = candidates.gather(0, index[None, ..., None].expand((1,) + candidates.shape[1:]))[0] * keep
+    point = (Vh.mT @ (c_best / torch.where(keep > 0, S, torch.ones_like(S)))[..., None])[..., 0]
+    return Ascent(norms.max(0).values, point)
 
 
 def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logistic",

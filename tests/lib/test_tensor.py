@@ -311,3 +311,55 @@ def test_errors_name_the_argument():
         tensor.empirical_lipschitz(tensor.random_instance(3, 2, 5.0, seed=0), 4.0)
     with pytest.raises(ValueError, match="A1 must be a matrix"):
         tensor.kron(torch.zeros(3), torch.zeros(2, 2))
+
+
+# ------------------------------------------------------------------ closed-form Hessian and its maximization
+
+@pytest.mark.parametrize("kind", tensor.KINDS)
+@pytest.mark.parametrize("attention", tensor.ATTENTIONS)
+def test_hessian_matches_autograd(kind, attention):
+    Aj, x, hv, b = _setting(5, 3, seed=70, batch=(3,))
+    for target in (b, 2.5 * b):  # |b| = 1 and a target that is not +-1
+        closed = tensor.hessian(Aj, x, hv, target, kind=kind, attention=attention)
+        for k in range(3):
+            fn = lambda z: tensor.loss(Aj[k], z, hv[k], target[k], kind=kind, attention=attention)  # noqa: E731
+            auto = torch.autograd.functional.hessian(fn, x[k])
+            assert torch.allclose(closed[k], auto, rtol=1e-10, atol=1e-12)
+
+
+def test_max_hessian_norm_is_a_lower_bound_attained_in_the_ball():
+    inst = tensor.random_instance(5, 3, 4.0, seed=71, batch=6)
+    for kind in ("logistic", "squared", "paper"):
+        found = tensor.max_hessian_norm(inst, 4.0, kind=kind, starts=8, steps=60)
+        radius = (inst.Aj @ found.point[..., None])[..., 0].norm(dim=-1)
+        assert (radius <= 4.0 * (1 + 1e-9)).all()
+        at_point = torch.linalg.eigvalsh(tensor.hessian(inst.Aj, found.point, inst.h, inst.b, kind=kind))
+        assert torch.allclose(at_point.abs().max(-1).values, found.value, rtol=1e-10)
+        assert (found.value <= tensor.lipschitz_bound(*inst, kind=kind) * (1 + 1e-12)).all()
+        sampled = tensor.empirical_lipschitz(inst, 4.0, kind=kind, points=16, iterations=30)
+        assert (found.value >= 0.999 * torch.maximum(sampled.pairs, sampled.power)).all()
+
+
+def test_max_hessian_norm_finds_the_exact_linear_constant():
+    """For linear attention the supremum over the ball is known: (1/4) ||A^T h||^2 at s = 0 (logistic) and
+    2 ||A^T h||^2 everywhere (squared), which is what lipschitz_bound returns."""
+    inst = tensor.random_instance(5, 3, 6.0, seed=72, batch=5)
+    for kind in ("logistic", "squared"):
+        found = tensor.max_hessian_norm(inst, 6.0, kind=kind, attention="linear", starts=4, steps=20)
+        exact = tensor.lipschitz_bound(*inst, kind=kind, attention="linear")
+        assert torch.allclose(found.value, exact, rtol=1e-10)
+
+
+def test_max_hessian_norm_matches_a_dense_grid():
+    """T = 3, d = 2: the logits fill a disc of dimension rank(A_j0) = 2, which a 401 x 401 grid covers."""
+    inst = tensor.random_instance(3, 2, 4.0, seed=73, batch=3)
+    found = tensor.max_hessian_norm(inst, 4.0, kind="logistic", starts=16, steps=200)
+    U, S, Vh = torch.linalg.svd(inst.Aj, full_matrices=False)
+    assert (S[:, 2:] < 1e-12 * S[:, :1]).all()  # rank 2
+    grid = torch.linspace(-4.0, 4.0, 401, dtype=torch.float64)
+    c = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1).reshape(-1, 2)
+    c = c[c.norm(dim=-1) <= 4.0]
+    for k in range(3):
+        x = (c / S[k, :2]) @ Vh[k, :2]  # the points x = V S^-1 c of the ball
+        norms = torch.linalg.eigvalsh(tensor.hessian(inst.Aj[k], x, inst.h[k], inst.b[k])).abs().max(-1).values
+        assert norms.max() * 0.999 <= found.value[k] <= norms.max() * 1.01
