@@ -185,7 +185,7 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
 
 
 def _prompt_setup(problem: Problem, key, steps, lr, record_every, loss):
-    """Checked arguments of the prompt-model trainers, and the keys k_it = key^T x_it (..., n, T, d)."""
+    """Checked arguments of the prompt-model trainers, and the keys x~_it = key^T x_it (..., n, T, d)."""
     choice(loss, "loss", tuple(LOSSES))
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
