@@ -88,8 +88,10 @@ e51-seeds: setup
 	$(BIN)/python tools/e51_seeds.py
 
 # Planted faults (tools/faults.py): each of a list of realistic library bugs is monkeypatched into a copy of every
-# chapter's run; prints which chapter assert (or library test) catches each one, fails if any goes uncaught.
+# chapter's run; prints which chapter assert (or library test) catches each one, fails if any goes uncaught. The
+# harness's own tests run first.
 faults: $(INSTALLED)
+	$(BIN)/python -m pytest -q tests/test_faults_harness.py
 	$(BIN)/python tools/faults.py
 
 clean:

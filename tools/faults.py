@@ -370,47 +370,24 @@ def exact_gradient_is_autograd():
 @fault("01_preliminaries", "04_local_convergence", "07_tensor_lipschitz",
        "tests/lib/test_train.py::test_exact_gradient_is_accurate_when_softmax_saturates", control="torch_loop")
 def softmax_without_max_shift():
-    """Softmax without the max-subtraction, exp(l) / sum exp(l), in the model, the gradient, causal attention and
-    paper C's f: it overflows (inf / inf = NaN) once a logit exceeds 709 and underflows below -745."""
+    """Softmax without the max-subtraction, exp(l) / sum exp(l), in the model, the probabilities the gradient
+    returns, causal attention and paper C's f: it overflows (inf / inf = NaN) once a logit exceeds 709 and
+    underflows below -745."""
     import torch
 
     from attnsvm import causal, gradients, model, tensor
-    from attnsvm.gradients import LOSSES, LogitGradient
-    import numpy as np
 
     def naive(logits, dim=-1):
         e = torch.exp(logits)
         return e / e.sum(dim, keepdim=True)
 
-    def logit_gradient(problem, logits, kind, head=None, values=None):
-        shifted = logits  # the fault: logits - logits.amax(-1, keepdim=True) would be exact
-        e = torch.exp(shifted)
-        total = e.sum(-1, keepdim=True)
-        s = e / total
-        if head is None:
-            u = values.expand(logits.shape)
-            f = (s * u).sum(-1)
-        else:
-            a = (s[..., None] * problem.X).sum(-2)
-            f, slope = head.value_and_gradient(a)
-            u = (problem.X * slope[..., None, :]).sum(-1)
-        top = logits.argmax(-1, keepdim=True)
-        is_top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, top, True)
-        others = shifted.masked_fill(is_top, -torch.inf)
-        second = others.amax(-1, keepdim=True)
-        ratio = torch.exp(others - second)
-        u_top = u.gather(-1, top)
-        top_sum = (ratio * (u_top - u)).sum(-1, keepdim=True)
-        log_second = second - torch.log(total)
-        h = torch.where(is_top, s * top_sum, ratio * (u - u_top + torch.exp(log_second) * top_sum))
-        log_slopes = LOSSES[kind].log_slope(problem.Y * f) - np.log(problem.n)
-        weight = log_slopes + log_second[..., 0]
-        log_scale = weight.amax(-1)
-        direction = (-problem.Y * torch.exp(weight - log_scale[..., None]))[..., None] * h
-        return LogitGradient(direction, log_scale, s, f, log_slopes)
+    def logit_gradient(original):
+        def faulty(problem, logits, *args, **kwargs):  # the probabilities of the naive softmax
+            return original(problem, logits, *args, **kwargs)._replace(probs=naive(logits))
+        return faulty
 
     torch_loop_only()
-    patch(gradients, "logit_gradient", lambda original: logit_gradient)
+    patch(gradients, "logit_gradient", logit_gradient)
     patch(model, "attention", lambda original: lambda problem, W: naive(model.logits(problem, W)))
     patch(causal, "attention", lambda original: lambda problem, W: naive(causal.logits(problem, W)))
     patch(tensor, "f", lambda original: lambda Aj, x: naive(tensor._logits(*tensor._block_and_point(Aj, x))))
