@@ -111,9 +111,10 @@ def e41(share: int) -> None:
 
 def e22(share: int) -> None:
     """Paper A's E2.2 rank grid (`ranks.grid`, two processes): 8 values of d x 5 (n, T), 100 feasible instances
-    each (or as many as 2000 draws give: Chapter 2 itself leaves out d = 1 and draws up to 200,000), both SVMs. The reference would check every
-    draw with a cvxpy solve and solve the nuclear-norm SVM of every feasible one: it is estimated from `share`
-    timed draws and solves per grid point, times the numbers of draws and feasible problems the library needed."""
+    each (or as many as 2000 draws give; Chapter 2's grid leaves out d = 1 and draws up to 200,000), both SVMs.
+    The reference would check every draw with a cvxpy solve and solve the nuclear-norm SVM of every feasible one:
+    it is estimated from `share` timed draws and solves per grid point, times the numbers of draws and feasible
+    problems the library needed."""
     grid = [(n, 5, d) for n in (5, 10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
     grid += [(5, T, d) for T in (10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
     t_lib, results = timed(lambda: ranks.grid(grid, workers=2), 1)

@@ -23,5 +23,6 @@ from .session import elapsed, setup, worker_pool
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
-__all__ = ["codepaths", "causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks", "svm", "tensor",
-           "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM", "__version__"]
+__all__ = ["codepaths", "causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks",
+           "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM",
+           "__version__"]

@@ -25,11 +25,11 @@ except the candidates t that are copies of the selected token (x_it = x_{i alpha
 selected token's for every W, so no W can separate them; they are left out (`separation_mask`). Its
 soft-margin version adds slacks xi >= 0 to the constraints and C sum xi to the objective: one slack per
 constraint (the default), or one per (sequence, token) shared by the queries of the sequence (slack="token",
-paper C's Definition 4.1 as printed); `penalty_threshold` gives the C above which it is the hard-margin SVM.
-On language data the hard margin is often infeasible (`feasible`): one query token must prefer a to b in one prefix
-and b to a in another. `preference_cycle` finds such a cycle, `conflicts` marks every
-constraint on one, `max_positive_margins` counts the constraints one W can satisfy at best, and `margins` and
-`violations` measure a given W.
+paper C's Definition 4.1 as printed); `penalty_threshold` gives the C above which paper C's form
+(objective="norm", ||W||_F + C sum xi) is the hard-margin SVM. On language data the hard margin is often
+infeasible (`feasible`): one query token must prefer a to b in one prefix and b to a in another.
+`preference_cycle` finds such a cycle, `conflicts` marks every constraint on one, `max_positive_margins` counts
+the constraints one W can satisfy at best, and `margins` and `violations` measure a given W.
 
 Conventions: indices start at 0 (query k = 0 is the first token); the optimal token is argmax_t gamma_ikt, ties
 (exact copies of one token) broken towards the latest occurrence; `margins` and the multipliers are NaN/0 off

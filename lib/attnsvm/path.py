@@ -109,8 +109,7 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
             taken = torch.where(best > 0, step * 2.0 ** -(best - 1).to(W.dtype), step * fractions[-1])
             step = torch.clamp(4 * taken, max=1.0)
         if param == "KQ":
-            W, K, Q = _nuclear_ball(W, R, m)
-            W = K @ Q.transpose(-2, -1)
+            W, K, Q = _nuclear_ball(W, R, m)  # W = K Q^T, with the balanced factors
         records.append((W, loss_of(problem, W, loss), K, Q))
     W, losses, K, Q = zip(*records)
     W, losses = torch.stack(W), torch.stack(losses)

@@ -5,7 +5,8 @@ together; `regularization_path` (from `path`) follows the constrained minimizers
 `gradients`, exact however far softmax saturates, so gradient descent never stalls on round-off. On the CPU, W
 trains in the compiled loop of `compiled` (the same steps, several times faster) wherever it applies.
 `gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
-plus machine epsilon, and an epsilon ridge on (K, Q)), which stalls once the gradient falls below epsilon.
+plus machine epsilon, and an epsilon ridge on (K, Q)); on W it stalls once the gradient falls below epsilon,
+on (K, Q) the ridge's gradient keeps the normalized steps lr long and the iterates hover without growing.
 """
 
 from __future__ import annotations
