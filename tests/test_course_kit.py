@@ -47,9 +47,3 @@ def test_chapter_has_a_coding_exercise_with_a_stub_and_a_self_check(name):
 @pytest.mark.parametrize("name", [n for n in CHAPTERS if n[:2] in EXPLORER_CHAPTERS])
 def test_chapter_has_an_explorer(name):
     assert "widgets.explorer(" in source(name), f"{name}: no interactive explorer"
-
-
-@pytest.mark.parametrize("name", CHAPTERS)
-def test_chapter_prints_its_execution_time_last(name):
-    cells = re.findall(r"^```\{code-cell\}.*?\n(.*?)^```", source(name), re.MULTILINE | re.DOTALL)
-    assert cells and cells[-1].strip() == "attnsvm.elapsed()", f"{name}: the last cell must be attnsvm.elapsed()"

@@ -19,10 +19,10 @@ from importlib.metadata import version as _version
 
 from . import (causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train,
                widgets)
-from .session import elapsed, setup, worker_pool
+from .session import environment, setup, worker_pool
 from .svm import InfeasibleSVM
 
 __version__ = _version("attnsvm")
 __all__ = ["codepaths", "causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks",
-           "svm", "tensor", "theory", "train", "widgets", "setup", "elapsed", "worker_pool", "InfeasibleSVM",
+           "svm", "tensor", "theory", "train", "widgets", "setup", "environment", "worker_pool", "InfeasibleSVM",
            "__version__"]

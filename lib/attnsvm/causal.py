@@ -719,6 +719,37 @@ def violations(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
     return (np.nan_to_num(gaps, nan=np.inf) < 1 - 1e-9).sum((-3, -2, -1))
 
 
+def total_slack(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
+    """sum_c max(0, 1 - mu_c(W)) over the separation constraints c: the least total slack W needs with one slack
+    per constraint, shape (...,). Paper C's objective of W (slack="constraint") is ||W||_F + C total_slack."""
+    gaps = margins(problem, W, alpha)
+    return np.nansum(np.maximum(0.0, 1.0 - gaps), axis=(-3, -2, -1))
+
+
+def combine(problem: SequenceProblem, lam, alpha=None) -> np.ndarray:
+    """sum_c lam_c A_c with the constraint matrices A_c = (x_{i alpha_ik} - x_it) x_ik^T: numpy (..., d, d).
+
+    lam: (..., n, K, T), e.g. the multipliers of `att_svm`; entries off the constraints (`separation_mask`) are
+    ignored. Computed directly from the tokens (not from the solvers' constraint rows), so W^mm =
+    combine(problem, lam) checks the multipliers of the hard-margin SVM independently.
+    """
+    alpha = _selection(problem, alpha)
+    shape = problem.batch_shape + (problem.n, problem.K, problem.T)
+    lam = as_tensor(lam, "lam", device=problem.X.device)
+    require_shape(lam, "lam", shape, "one multiplier per (sequence, query, token)")
+    lam = lam.masked_fill(~separation_mask(problem, alpha), 0.0)
+    chosen = torch.gather(problem.X, -2, alpha[..., None].expand(alpha.shape + (problem.d,)))  # (..., n, K, d)
+    deltas = chosen[..., :, None, :] - problem.X[..., None, :, :]  # (..., n, K, T, d)
+    W = torch.einsum("...nkt,...nktd,...nke->...de", lam, deltas, problem.queries)
+    return W.cpu().numpy()
+
+
+def selects_optimal(problem: SequenceProblem, alpha) -> torch.Tensor:
+    """Boolean (..., n, K): whether alpha_ik is the optimal token of query (i, k) or an exact copy of it."""
+    alpha = _selection(problem, alpha)
+    return _copies(problem, optimal_tokens(problem)).gather(-1, alpha[..., None])[..., 0]
+
+
 def _shortest_path(graph: dict, start, goal):
     """The shortest path [start, ..., goal] along the edges of `graph` {u: {v: ...}} (breadth first), or None."""
     parents, frontier = {start: None}, [start]

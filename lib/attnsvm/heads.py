@@ -80,16 +80,25 @@ def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
     return ReLU(V / V.norm(dim=(-2, -1), keepdim=True))
 
 
+def lambda_threshold(values, lam: float) -> torch.Tensor:
+    """The water level theta (...,) of the lambda-head's optimum on orthonormal tokens: the number with
+    sum_t max(u_t - theta, 0) = 2 lam (Chapter 5). values: u (..., T); lam > 0. The kept tokens are those with
+    u_t > theta."""
+    u = as_tensor(values, "values")
+    lam = positive_float(lam, "lam")
+    top = u.sort(-1, descending=True).values
+    k = torch.arange(1, u.shape[-1] + 1, dtype=u.dtype)
+    thetas = (top.cumsum(-1) - 2 * lam) / k  # the level if the k largest values are kept
+    kept = (top > thetas).sum(-1, keepdim=True)  # they are, for k = 1..kept
+    return thetas.gather(-1, kept - 1)[..., 0]
+
+
 def lambda_optimum(values, lam: float) -> torch.Tensor:
     """The attention that maximizes the lambda-head on orthonormal tokens: argmax over the simplex of
-    sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - tau, 0) / (2 lam) with tau making the sum one ("water
-    filling"; Chapter 5). values: u (..., T). lam = 0 gives the top token (a linear head)."""
+    sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - theta, 0) / (2 lam) with theta = `lambda_threshold`
+    ("water filling"; Chapter 5). values: u (..., T). lam = 0 gives the top token (a linear head)."""
     u = as_tensor(values, "values")
     if float(lam) == 0:
         return torch.nn.functional.one_hot(u.argmax(-1), u.shape[-1]).to(u.dtype)
     lam = positive_float(lam, "lam")
-    top = u.sort(-1, descending=True).values
-    k = torch.arange(1, u.shape[-1] + 1, dtype=u.dtype)
-    taus = (top.cumsum(-1) - 2 * lam) / k  # the threshold if the k largest values are kept
-    kept = (top > taus).sum(-1, keepdim=True)  # they are, for k = 1..kept
-    return torch.clamp(u - taus.gather(-1, kept - 1), min=0) / (2 * lam)
+    return torch.clamp(u - lambda_threshold(u, lam)[..., None], min=0) / (2 * lam)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 
-from .checks import as_tensor, choice
+from .checks import as_index, as_tensor, choice
 from .data import Problem
 
 
@@ -88,3 +89,47 @@ def outputs(problem: Problem, W, head=None) -> torch.Tensor:
 def loss(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
     """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
     return LOSSES[choice(kind, "loss", tuple(LOSSES))].value(problem.Y * outputs(problem, W, head)).mean(-1)
+
+
+def _selection(problem: Problem, alpha) -> torch.Tensor:
+    """`alpha` checked to hold one token index per sequence, as a long tensor (..., n) on the problem's device."""
+    shape = problem.batch_shape + (problem.n,)
+    return torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
+
+
+def support_gradient(problem: Problem, alpha, W, support, kind: str = "logistic") -> torch.Tensor:
+    """The local-convergence proof sketch's approximation of the negative gradient -dL/dW, shape (..., d, d):
+
+        sum_i c_i sum_{t in support_i} s_it (gamma_{i alpha_i} - gamma_it) (x_{i alpha_i} - x_it) z_i^T,
+
+    with c_i = |l'(Y_i f(X_i))| / n, s the attention at W and gamma_it = Y_i v^T x_it the token scores.
+    alpha: the selected token of each sequence (..., n); support: a boolean mask (..., n, T) of the tokens
+    kept in the sum (the support tokens of the Att-SVM of alpha, `theory.support_tokens`); kind: the loss.
+    """
+    W, alpha = weights(problem, W), _selection(problem, alpha)
+    mask = torch.as_tensor(np.asarray(support), device=problem.X.device)
+    shape = problem.batch_shape + (problem.n, problem.T)
+    if mask.dtype != torch.bool or tuple(mask.shape) != shape:
+        raise ValueError(f"support must be a boolean mask of shape {shape} (one flag per token), "
+                         f"got dtype {mask.dtype} and shape {tuple(mask.shape)}")
+    loss_fn = LOSSES[choice(kind, "loss", tuple(LOSSES))]
+    s, u = attention(problem, W), token_values(problem)
+    c = -loss_fn.derivative(problem.Y * (s * u).sum(-1)) / problem.n
+    gamma = problem.Y[..., None] * u
+    gap = gamma.gather(-1, alpha[..., None]) - gamma
+    index = alpha[..., None, None].expand(alpha.shape + (1, problem.d))
+    D = problem.X.gather(-2, index) - problem.X  # x_{i alpha_i} - x_it
+    weight = c[..., None] * s * gap * mask
+    return torch.einsum("...nt,...ntd,...ne->...de", weight, D, queries(problem))
+
+
+def min_margin(problem: Problem, alpha, W) -> torch.Tensor:
+    """The smallest margin min_{i, t != alpha_i} (x_{i alpha_i} - x_it)^T W z_i, shape (...,) (one per problem).
+    alpha: the selected token of each sequence (..., n); needs T >= 2 tokens per sequence."""
+    if problem.T < 2:
+        raise ValueError("min_margin needs T >= 2 tokens per sequence: with one token there is no margin")
+    alpha = _selection(problem, alpha)
+    scores = logits(problem, W)
+    gaps = scores.gather(-1, alpha[..., None]) - scores
+    chosen = torch.nn.functional.one_hot(alpha, problem.T).bool()
+    return gaps.masked_fill(chosen, torch.inf).amin((-2, -1))

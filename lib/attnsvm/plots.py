@@ -1,25 +1,91 @@
-"""The book's figure style: a colour-blind-safe palette, helpers for its recurring pictures, and its tables."""
+"""The book's figure style: a colour-blind-safe palette, a size rule that keeps every text readable, helpers for
+its recurring pictures, and its tables.
+
+The size rule. A figure is drawn at most `WIDTH` inches wide (the book's text column, `COLUMN_PX` CSS pixels at
+100 pixels per inch) with fonts of at least 9 pt, and saved by `png()` at `DPI` (sharp on high-density screens) with
+its display width stated, so that the book shows it at 100 pixels per inch. `png()` refuses a figure whose
+smallest text would be displayed below `MIN_TEXT_PX` CSS pixels in the column (a figure wider than the column is
+scaled down), and records the smallest text size in the PNG (`TEXT_KEY`), where the browser tests read it.
+`use_style()` installs `png()` as IPython's PNG formatter of matplotlib figures.
+"""
 
 from __future__ import annotations
+
+import io
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 # Okabe and Ito (2008), safe for the common forms of colour blindness.
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
            "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000"}
 CYCLE = [PALETTE[name] for name in ("blue", "vermillion", "green", "orange", "purple", "sky", "black")]
+WIDTH = 6.7  # inches: the widest figure that is shown unscaled in the text column
+COLUMN_PX = 672  # CSS pixels: the text column of the HTML book at a 1280 px window
+CSS_PX_PER_INCH = 100  # how large the book shows a figure (its PNG carries this display width)
+MIN_TEXT_PX = 9  # the smallest text, in CSS pixels as displayed, that the book allows in a figure
+DPI = 200  # pixels per inch of the saved PNG (2 image pixels per CSS pixel)
+TEXT_KEY = "attnsvm-min-text-pt"  # PNG text chunk: the smallest font size of the figure, in points
+DPI_KEY = "attnsvm-dpi"  # PNG text chunk: the DPI it was saved with
 
 
 def use_style() -> None:
-    """Apply the book's matplotlib style (sizes, palette, no top/right spines)."""
+    """Apply the book's matplotlib style (sizes, palette, no top/right spines) and, inside IPython, show figures
+    through `png()` (the size rule)."""
     mpl.rcParams.update({
-        "figure.figsize": (6.4, 4.0), "figure.dpi": 100, "savefig.dpi": 150, "font.size": 11,
+        "figure.figsize": (WIDTH, 4.0), "figure.dpi": CSS_PX_PER_INCH, "savefig.dpi": DPI, "font.size": 10,
+        "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+        "legend.fontsize": 9, "legend.title_fontsize": 9, "figure.titlesize": 11,
         "axes.prop_cycle": mpl.cycler(color=CYCLE), "axes.spines.top": False, "axes.spines.right": False,
         "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 2,
     })
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(Figure, png)
+
+
+def smallest_text(fig: Figure) -> float:
+    """The smallest font size, in points, of the visible non-empty texts of `fig` (tick labels, labels, titles,
+    legends, annotations); inf for a figure without text."""
+    fig.canvas.draw()  # ticks and their labels exist only once drawn
+    sizes = [text.get_fontsize() for text in fig.findobj(Text)
+             if text.get_visible() and text.get_text().strip()]
+    return min(sizes, default=float("inf"))
+
+
+def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
+    """`fig` as PNG bytes (tight bounding box, saved at `dpi`) and the display metadata {"width": CSS px} that
+    shows it at `CSS_PX_PER_INCH`; raises ValueError if its smallest text would be displayed below `MIN_TEXT_PX`
+    CSS pixels in the book's column."""
+    points = smallest_text(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight",
+                metadata={TEXT_KEY: f"{points:g}", DPI_KEY: str(dpi)})
+    data = buffer.getvalue()
+    width = int.from_bytes(data[16:20], "big")  # the PNG header's width, in image pixels
+    shown = displayed_text_px(points, width, dpi)
+    if shown < MIN_TEXT_PX:
+        inches = fig.get_size_inches()
+        raise ValueError(f"this figure's smallest text ({points:g} pt) would be displayed at {shown:.1f} CSS px in "
+                         f"the book's {COLUMN_PX}-px column, below the {MIN_TEXT_PX} px the book allows: draw it at "
+                         f"most {WIDTH} in wide (it is {inches[0]:g} in; stack panels in rows) with fonts of at "
+                         "least 9 pt")
+    return data, {"width": round(width * CSS_PX_PER_INCH / dpi)}
+
+
+def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float = COLUMN_PX) -> float:
+    """CSS pixels of a `points`-pt text in a PNG of `width_px` image pixels saved at `dpi`, shown at
+    `CSS_PX_PER_INCH` but never wider than `column_px`."""
+    css_width = width_px * CSS_PX_PER_INCH / dpi
+    return points * CSS_PX_PER_INCH / 72 * min(1.0, column_px / css_width)
 
 
 def table(header, rows, caption: str = "") -> Markdown:

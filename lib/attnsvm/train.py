@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import compiled
+from . import compiled, tensor
 from .checks import as_tensor, choice, nonnegative_float, positive_float, positive_int, require_shape
 from .data import Problem
 from .gradients import logit_gradient, weight_gradient
@@ -29,8 +29,8 @@ GRADIENTS = ("exact", "autograd")
 ENGINES = ("auto", "compiled", "torch")
 RULES = (None, "official")
 OFFICIAL_EPS = float(torch.finfo(torch.float64).eps)  # 2.22e-16: paper A's eps, in its step and its (K, Q) ridge
-__all__ = ["Trajectory", "Path", "gd", "gd_prompt", "gd_joint", "loss_gradient", "regularization_path",
-           "uniform_init", "OFFICIAL_EPS"]
+__all__ = ["Trajectory", "Path", "gd", "gd_prompt", "gd_joint", "loss_gradient", "lipschitz_W",
+           "regularization_path", "uniform_init", "OFFICIAL_EPS"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,22 @@ def loss_gradient(problem: Problem, W, kind: str = "logistic", head=None) -> tor
     direction, log_scale, _ = weight_gradient(problem, weights(problem, W), kind, head,
                                               token_values(problem) if head is None else None)
     return torch.exp(log_scale)[..., None, None] * direction
+
+
+def lipschitz_W(problem: Problem) -> torch.Tensor:
+    """A Lipschitz constant L_W of W -> grad L(W) on all of R^{d x d} for the logistic loss, shape: batch.
+
+    The mean over the sequences of chapter 7's bound (`tensor.lipschitz_bound`) for the loss of sequence i:
+    ||X_i||_2^2 ||z_i||^2 (rho_i^2 / 16 + 5 rho_i / 4), with rho_i the range of its token values v^T x_it.
+    So gradient descent with lr <= 1 / L_W meets the step condition of the global theorem (chapter 3).
+    """
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be an attnsvm.data.Problem, got {type(problem).__name__}")
+    if problem.Z is None:
+        raise ValueError("problem.Z is None (paper B's prompt model, which trains p, not W): lipschitz_W needs "
+                         "the queries z_i of the W-model")
+    A = torch.einsum("...ntd,...ne->...ntde", problem.X, problem.Z).flatten(-2)  # A_i: W -> X_i W z_i
+    return tensor.lipschitz_bound(A, token_values(problem), problem.Y).mean(-1)
 
 
 def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: float):

@@ -1,44 +1,131 @@
-"""Interactive explorers: a figure that is drawn once statically, then redrawn live as sliders move.
-
-In the rendered book (no Python kernel) the static figure is what the reader sees; the sliders come to life
-when the chapter runs in Jupyter, Binder or Colab.
+"""Explorers: a figure drawn in advance for every combination of a few parameter values, embedded in the page as
+frames with one slider per parameter. They move in the static HTML book (no Python kernel, no network) as in
+Jupyter; for values between the frames, call the chapter's `draw(...)` in a running notebook.
 """
 
 from __future__ import annotations
 
-import ipywidgets
+import base64
+import hashlib
+import html
+import itertools
+import json
+from numbers import Real
+
 import matplotlib.pyplot as plt
 from IPython.display import display
+from matplotlib.figure import Figure
+
+from . import plots
+
+MAX_FRAMES = 64  # frames per explorer: each is a PNG stored in the notebook and the page
+FRAME_DPI = 100  # frames are saved at the display resolution (the static figure above is the sharp one)
+
+_SCRIPT = """<script>
+(function () {
+  var root = document.getElementById("%(id)s");
+  var spec = JSON.parse(root.querySelector("script[type='application/json']").textContent);
+  var inputs = root.querySelectorAll("input"), outputs = root.querySelectorAll("output");
+  var image = root.querySelector("img");
+  function update() {
+    var index = 0, words = [];
+    inputs.forEach(function (input, k) {
+      var position = Number(input.value);
+      index += spec.strides[k] * spec.order[k][position];
+      outputs[k].textContent = spec.labels[k][position];
+      words.push(spec.names[k] + " = " + spec.labels[k][position]);
+    });
+    image.src = "data:image/png;base64," + spec.frames[index];
+    image.alt = spec.alt + " " + words.join(", ") + ".";
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", update); });
+})();
+</script>"""
+
+
+def _values(name: str, spec) -> list:
+    if not isinstance(spec, (list, tuple)) or len(spec) < 2:
+        raise ValueError(f"control {name}={spec!r}: pass a list of at least two values, the first one the default "
+                         f"(e.g. {name}=[1.0, 0.5, 2.0])")
+    if len(set(map(repr, spec))) != len(spec):
+        raise ValueError(f"control {name}={spec!r} repeats a value: list each value once")
+    return list(spec)
+
+
+def _slider_order(values: list) -> list[int]:
+    """The values' indices in slider order: ascending for numbers, as given otherwise."""
+    if all(isinstance(v, Real) and not isinstance(v, bool) for v in values):
+        return sorted(range(len(values)), key=lambda k: values[k])
+    return list(range(len(values)))
+
+
+def _label(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def frames(draw, **controls) -> tuple[list[str], list[list]]:
+    """Draw `draw(**values)` for every combination of the controls' values (the last control varying fastest)
+    and return the frames (base64 PNGs, `plots.png` at FRAME_DPI, so the size rule holds) and the value lists.
+
+    Raises ValueError if two frames that differ in one control's value are identical: that control would
+    change no pixel."""
+    if not controls:
+        raise ValueError("explorer needs at least one control, e.g. log2_R=[6.0, 5.0, 4.0]")
+    names, grids = list(controls), [_values(name, spec) for name, spec in controls.items()]
+    count = 1
+    for grid in grids:
+        count *= len(grid)
+    if count > MAX_FRAMES:
+        raise ValueError(f"the controls make {count} frames, more than {MAX_FRAMES}: give fewer values")
+    images = []
+    for combination in itertools.product(*grids):
+        figure = draw(**dict(zip(names, combination)))
+        figure = figure if isinstance(figure, Figure) else plt.gcf()
+        data, _ = plots.png(figure, dpi=FRAME_DPI)
+        plt.close(figure)
+        images.append(data)
+    strides = [1] * len(grids)
+    for k in range(len(grids) - 2, -1, -1):
+        strides[k] = strides[k + 1] * len(grids[k + 1])
+    for k, (name, grid) in enumerate(zip(names, grids)):
+        for index in range(count):
+            position = (index // strides[k]) % len(grid)
+            if position and images[index] == images[index - strides[k]]:
+                others = {n: _label(g[(index // s) % len(g)]) for n, g, s in zip(names, grids, strides) if n != name}
+                raise ValueError(f"control {name} changes no pixel between {_label(grid[position - 1])} and "
+                                 f"{_label(grid[position])} (at {others}): drop one of those values")
+    return [base64.b64encode(data).decode("ascii") for data in images], grids
 
 
 def explorer(draw, **controls) -> None:
-    """Sliders for the keyword arguments of `draw(**values)`, which draws one matplotlib figure.
+    """Display an explorer of `draw(**values)`, which draws one matplotlib figure (and may return it).
 
-    controls: name=(low, high, step, default), a tuple, for a float slider, or name=[options...], a list, for
-    a dropdown (its first option is the default). The live figure appears below the sliders once one is
-    moved; call `draw(**defaults)` in the cell before to show the static figure (with its caption).
-    """
-    sliders = {}
-    for name, spec in controls.items():
-        if isinstance(spec, tuple) and len(spec) == 4 and all(isinstance(v, (int, float)) for v in spec):
-            low, high, step, default = spec
-            if not (low < high and step > 0 and low <= default <= high):
-                raise ValueError(f"control {name}={spec!r}: need low < high, step > 0 and low <= default <= high")
-            sliders[name] = ipywidgets.FloatSlider(value=default, min=low, max=high, step=step, description=name,
-                                                   continuous_update=False)
-        elif isinstance(spec, list) and spec:
-            sliders[name] = ipywidgets.Dropdown(options=spec, value=spec[0], description=name)
-        else:
-            raise ValueError(f"control {name}={spec!r}: pass a tuple (low, high, step, default) for a slider or a "
-                             f"non-empty list of options for a dropdown")
-    live = ipywidgets.Output()
-
-    def redraw(change):
-        with live:
-            live.clear_output(wait=True)
-            draw(**{name: widget.value for name, widget in sliders.items()})
-            plt.show()
-
-    for widget in sliders.values():
-        widget.observe(redraw, names="value")
-    display(ipywidgets.VBox([ipywidgets.HBox(list(sliders.values())), live]))
+    controls: name=[values...], the first value the default (the static figure shown above the explorer).
+    Numeric values are put on the slider in ascending order, others in the order given. Every combination is
+    drawn in advance (at most MAX_FRAMES), so keep the lists short."""
+    images, grids = frames(draw, **controls)
+    names = list(controls)
+    orders = [_slider_order(grid) for grid in grids]
+    strides = [1] * len(grids)
+    for k in range(len(grids) - 2, -1, -1):
+        strides[k] = strides[k + 1] * len(grids[k + 1])
+    digest = hashlib.sha256("".join(images).encode()).hexdigest()[:12]
+    spec = {"names": names, "strides": strides, "order": orders, "frames": images,
+            "labels": [[_label(grid[k]) for k in order] for grid, order in zip(grids, orders)],
+            "alt": "The figure above redrawn at"}
+    rows = []
+    for name, grid, order in zip(names, grids, orders):
+        start = order.index(0)
+        rows.append(f'<label class="attnsvm-explorer-control">{html.escape(name)} '
+                    f'<input type="range" min="0" max="{len(grid) - 1}" step="1" value="{start}" '
+                    f'aria-label="{html.escape(name)}"> <output>{html.escape(_label(grid[0]))}</output></label>')
+    defaults = ", ".join(f"{name} = {_label(grid[0])}" for name, grid in zip(names, grids))
+    payload = json.dumps(spec).replace("</", "<\\/")  # nothing in it may close the script element
+    markup = (f'<div class="attnsvm-explorer" id="explorer-{digest}">'
+              f'<div class="attnsvm-explorer-controls">{"".join(rows)}</div>'
+              f'<img src="data:image/png;base64,{images[0]}" alt="{spec["alt"]} {html.escape(defaults)}.">'
+              f'<script type="application/json">{payload}</script></div>'
+              + _SCRIPT % {"id": f"explorer-{digest}"})
+    text = (f"Explorer: {len(images)} precomputed frames of the figure above, one slider per parameter "
+            f"({', '.join(names)}); move the sliders in the HTML book or a running notebook.")
+    display({"text/html": markup, "text/plain": text}, raw=True)

@@ -36,7 +36,7 @@ def test_importing_attnsvm_first_pins_every_library_in_a_bare_environment():
 def test_numpy_imported_first_is_reported_and_setup_warns():
     report = _report("import numpy")
     assert "numpy" in report and any("OpenBLAS runs" in reason for reason in report.values()), report
-    warned = _run("import numpy, attnsvm\nattnsvm.setup(quiet=True)")
+    warned = _run("import numpy, attnsvm\nattnsvm.setup()")
     assert "restart the kernel and import attnsvm before" in warned.stderr
 
 

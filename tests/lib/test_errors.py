@@ -316,7 +316,7 @@ def test_setup_rejects_bad_threads():
     dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
     try:
         with pytest.raises(ValueError, match=r"^threads must be an integer >= 1"):
-            attnsvm.setup(threads=0, quiet=True)
+            attnsvm.setup(threads=0)
     finally:  # setup() sets the default dtype before it checks `threads`: leave the process as it was
         torch.set_default_dtype(dtype)
         torch.set_num_threads(threads)

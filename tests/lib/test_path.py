@@ -171,7 +171,7 @@ def test_KQ_path_is_balanced_and_stationary_on_the_nuclear_ball():
 PATH_ON_ONE_CODE_PATH = """
 import attnsvm, json, numpy as np
 from attnsvm import data, train
-attnsvm.setup(quiet=True)
+attnsvm.setup()
 problems = data.random_problem(6, 8, 10, seed=0, batch=8)
 radii = 2.0 ** np.arange(-1, 8)
 W = train.regularization_path(problems, radii, steps=200).W, train.regularization_path(problems, radii, param="KQ",

@@ -1,10 +1,14 @@
-"""attnsvm.plots (figure helpers, drawn on Agg figures) and attnsvm.widgets.explorer (sliders and live redraw)."""
+"""attnsvm.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and attnsvm.widgets.explorer
+(precomputed frames)."""
 
-import ipywidgets
+import io
+import json
+import re
+
 import matplotlib
 import numpy as np
+import PIL.Image
 import pytest
-from ipywidgets.widgets import widget_output
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
@@ -131,103 +135,102 @@ def test_band_rejects_an_unknown_spread(spread):
         plots.band(_axes(), np.arange(3.0), np.ones((3, 2)), spread=spread)
 
 
+# ------------------------------------------------------------------ the size rule
+
+def _figure(width, fontsize=None):
+    import matplotlib.pyplot as plt
+    plots.use_style()
+    figure, ax = plt.subplots(figsize=(width, 3))
+    ax.plot([0, 1], [0, 1], label="line")
+    ax.set_xlabel(r"$p_1$", fontsize=fontsize)
+    ax.legend()
+    return figure
+
+
+def test_png_carries_its_display_width_and_smallest_text():
+    data, metadata = plots.png(_figure(plots.WIDTH))
+    image = PIL.Image.open(io.BytesIO(data))
+    assert image.text[plots.TEXT_KEY] == "9" and image.text[plots.DPI_KEY] == str(plots.DPI)
+    assert metadata["width"] == round(image.width * plots.CSS_PX_PER_INCH / plots.DPI) <= plots.COLUMN_PX
+    assert plots.displayed_text_px(9, image.width, plots.DPI) == pytest.approx(9 * 100 / 72)
+
+
+@pytest.mark.parametrize("width, fontsize", [(14, None), (plots.WIDTH, 6)])
+def test_png_refuses_text_displayed_below_nine_pixels(width, fontsize):
+    with pytest.raises(ValueError, match=r"would be displayed at \d+\.\d CSS px .* below the 9 px"):
+        plots.png(_figure(width, fontsize))
+
+
+def test_displayed_text_shrinks_with_a_figure_wider_than_the_column():
+    dpi = plots.DPI
+    assert plots.displayed_text_px(9, 2 * plots.COLUMN_PX * dpi // 100, dpi) == pytest.approx(9 * 100 / 72 / 2)
+
+
 # ------------------------------------------------------------------ explorer
 
-class _FakeKernel:
-    """Just enough of an IPython kernel for ipywidgets.Output to claim the output of the current request."""
-
-    parent = {"header": {"msg_id": "request-1"}}
-
-    def get_parent(self):
-        return self.parent
-
-
-class _FakeShell:
-    kernel = _FakeKernel()
-
-    def get_parent(self):
-        return _FakeKernel.parent
-
-    def set_parent(self, parent):
-        pass
-
-
 @pytest.fixture
-def explorer_box(monkeypatch):
-    """Run widgets.explorer with display() captured and an Agg pyplot whose show() records the current figure and
-    whether the explorer's Output widget was capturing at that moment (its msg_id is the request's)."""
+def agg():
     import matplotlib.pyplot as plt
-
     backend = matplotlib.get_backend()
     plt.switch_backend("Agg")
-    displayed, shown, calls = [], [], []
-    monkeypatch.setattr(widgets, "display", displayed.append)
-    monkeypatch.setattr(widget_output, "get_ipython", lambda: _FakeShell())
-
-    def show(*args, **kwargs):
-        live = displayed[0].children[1]
-        shown.append((plt.gcf(), live.msg_id))
-
-    monkeypatch.setattr(plt, "show", show)
-
-    def draw(angle, kind):
-        calls.append((angle, kind))
-        fig, ax = plt.subplots()
-        ax.plot([0, np.cos(angle)], [0, np.sin(angle)], label=kind)
-
-    def build(**controls):
-        widgets.explorer(draw, **controls)
-        assert len(displayed) == 1
-        return displayed[0], calls, shown
-
-    yield build
+    plt.close("all")
+    plots.use_style()
+    yield plt
     plt.close("all")
     plt.switch_backend(backend)
 
 
-def test_explorer_builds_its_controls(explorer_box):
-    box, calls, shown = explorer_box(angle=(0.0, 3.0, 0.25, 1.0), kind=["alpha", "opt"])
-    assert isinstance(box, ipywidgets.VBox)
-    controls, live = box.children
-    assert isinstance(live, ipywidgets.Output)
-    slider, dropdown = controls.children
-    assert isinstance(slider, ipywidgets.FloatSlider) and isinstance(dropdown, ipywidgets.Dropdown)
-    assert (slider.min, slider.max, slider.step, slider.value) == (0.0, 3.0, 0.25, 1.0)
-    assert slider.description == "angle" and slider.continuous_update is False
-    assert dropdown.options == ("alpha", "opt") and dropdown.value == "alpha" and dropdown.description == "kind"
-    assert calls == [] and shown == []  # nothing is drawn until a control moves
+def _draw_angle(calls):
+    import matplotlib.pyplot as plt
+
+    def draw(angle=1.0, kind="a"):
+        calls.append((angle, kind))
+        figure, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([0, np.cos(angle)], [0, np.sin(angle)], linestyle="-" if kind == "a" else "--")
+    return draw
 
 
-def test_explorer_redraws_into_its_output_when_a_control_moves(explorer_box):
-    box, calls, shown = explorer_box(angle=(0.0, 3.0, 0.25, 1.0), kind=["alpha", "opt"])
-    (slider, dropdown), live = box.children[0].children, box.children[1]
-    slider.value = 2.5
-    assert calls == [(2.5, "alpha")]
-    assert len(shown) == 1
-    figure, capturing = shown[0]
-    assert capturing == "request-1"  # shown while the Output widget captured the request's output
-    line = figure.axes[0].lines[0]
-    np.testing.assert_allclose(line.get_xydata()[1], [np.cos(2.5), np.sin(2.5)])
-    dropdown.value = "opt"
-    assert calls == [(2.5, "alpha"), (2.5, "opt")] and len(shown) == 2
-    assert shown[1][0].axes[0].lines[0].get_label() == "opt"
-    assert live.msg_id == ""  # released after each redraw
+def test_explorer_frames_are_every_combination_last_control_fastest(agg):
+    calls = []
+    images, grids = widgets.frames(_draw_angle(calls), angle=[1.0, 0.5, 2.0], kind=["a", "b"])
+    assert calls == [(1.0, "a"), (1.0, "b"), (0.5, "a"), (0.5, "b"), (2.0, "a"), (2.0, "b")]
+    assert len(images) == 6 and len(set(images)) == 6 and grids == [[1.0, 0.5, 2.0], ["a", "b"]]
+    assert not agg.get_fignums()  # every frame's figure is closed
 
 
-@pytest.mark.parametrize("spec", ["abc", 3, 2.5, None, [], (), {"low": 0}, ("a", "b"), (0, 1, 0.1)])
-def test_explorer_rejects_bad_specs(explorer_box, spec):
-    with pytest.raises(ValueError, match=r"control angle=.*: pass a tuple \(low, high, step, default\) for a slider"):
-        explorer_box(angle=spec)
+def test_explorer_page_holds_sliders_frames_and_the_default_frame(agg, monkeypatch):
+    shown = []
+    monkeypatch.setattr(widgets, "display", lambda bundle, raw: shown.append(bundle))
+    widgets.explorer(_draw_angle([]), angle=[1.0, 0.5, 2.0], kind=["a", "b"])
+    html = shown[0]["text/html"]
+    assert "6 precomputed frames" in shown[0]["text/plain"]
+    spec = json.loads(re.search(r'<script type="application/json">(.*?)</script>', html).group(1))
+    assert spec["labels"] == [["0.5", "1", "2"], ["a", "b"]]  # numbers ascending on the slider
+    assert spec["order"] == [[1, 0, 2], [0, 1]] and spec["strides"] == [2, 1]
+    sliders = re.findall(r'<input type="range" min="0" max="(\d)" step="1" value="(\d)"', html)
+    assert sliders == [("2", "1"), ("1", "0")]  # each slider starts at its default
+    assert f'src="data:image/png;base64,{spec["frames"][0]}"' in html
+    assert 'alt="The figure above redrawn at angle = 1, kind = a."' in html
 
 
-@pytest.mark.parametrize("spec", [(1.0, 0.0, 0.1, 0.5), (0.0, 1.0, 0.0, 0.5), (0.0, 1.0, 0.1, 2.0)])
-def test_explorer_rejects_inconsistent_sliders(explorer_box, spec):
-    with pytest.raises(ValueError, match=r"need low < high, step > 0 and low <= default <= high"):
-        explorer_box(angle=spec)
+def test_explorer_rejects_a_control_that_changes_no_pixel(agg):
+    def draw(angle=1.0, kind="a"):
+        figure, ax = agg.subplots(figsize=(4, 3))
+        ax.plot([0, angle], [0, 1])
+    with pytest.raises(ValueError, match=r"control kind changes no pixel between a and b"):
+        widgets.frames(draw, angle=[1.0, 2.0], kind=["a", "b"])
 
 
-def test_explorer_list_of_four_numbers_is_a_dropdown(explorer_box):
-    """A list is a dropdown even when it holds four numbers (only a tuple makes a slider)."""
-    box, _, _ = explorer_box(T=[2, 4, 8, 16])
-    (control,) = box.children[0].children
-    assert isinstance(control, ipywidgets.Dropdown) and control.options == (2, 4, 8, 16)
+@pytest.mark.parametrize("spec", ["abc", 3, None, [], [1.0], (0.0, 1.0, 0.1, 0.5)[:1], {"low": 0}])
+def test_explorer_rejects_bad_controls(agg, spec):
+    with pytest.raises(ValueError, match=r"control angle=.*: pass a list of at least two values"):
+        widgets.frames(_draw_angle([]), angle=spec)
+
+
+def test_explorer_rejects_repeated_values_and_too_many_frames(agg):
+    with pytest.raises(ValueError, match=r"repeats a value"):
+        widgets.frames(_draw_angle([]), angle=[1.0, 1.0])
+    with pytest.raises(ValueError, match=r"make 80 frames, more than 64"):
+        widgets.frames(_draw_angle([]), angle=list(np.linspace(0, 1, 40)), kind=["a", "b"])
+    with pytest.raises(ValueError, match=r"at least one control"):
+        widgets.frames(_draw_angle([]))
