@@ -7,8 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 VENDOR := vendor/static/.fetched
-# Browser assets the built book serves itself (offline math and widgets), fetched from the npm registry.
-VENDOR_PACKAGES := mathjax@3.2.2 @jupyter-widgets/html-manager@1.0.15 requirejs@2.3.8
+# Browser assets the built book serves itself (offline math), fetched from the npm registry.
+VENDOR_PACKAGES := mathjax@3.2.2
 SOURCES := $(wildcard book_src/*.md)
 NOTEBOOKS := $(patsubst book_src/%.md,book/%.ipynb,$(SOURCES))
 # The builds render the outputs stored in book/ (_config.yml: execute_notebooks "off"); `make book` and `make pdf`
@@ -34,10 +34,8 @@ $(INSTALLED): requirements.txt lib/pyproject.toml
 $(VENDOR): Makefile
 	rm -rf vendor/static && mkdir -p vendor/static
 	cd vendor && npm pack --silent $(VENDOR_PACKAGES) >/dev/null
-	mkdir -p vendor/static/mathjax vendor/static/widgets
+	mkdir -p vendor/static/mathjax
 	tar -xzf vendor/mathjax-3.2.2.tgz -C vendor/static/mathjax --strip-components=2 package/es5
-	tar -xzf vendor/jupyter-widgets-html-manager-1.0.15.tgz -C vendor/static/widgets --strip-components=2 package/dist
-	tar -xzf vendor/requirejs-2.3.8.tgz -C vendor/static --strip-components=1 package/require.js
 	rm -f vendor/*.tgz
 	touch $@
 

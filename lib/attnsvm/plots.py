@@ -49,6 +49,10 @@ def use_style() -> None:
         return
     shell = get_ipython()
     if shell is not None:
+        if "inline" in mpl.get_backend():
+            # The inline backend registers its own PNG formatter when it is first imported (usually at the first
+            # figure): import it now, so that ours, registered after, is the one that stays.
+            import matplotlib_inline.backend_inline  # noqa: F401
         shell.display_formatter.formatters["image/png"].for_type(Figure, png)
 
 
