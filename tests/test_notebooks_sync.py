@@ -65,6 +65,16 @@ def test_notebook_is_executed(name):
         f"see no results: {FIX}")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_shows_no_error(name):
+    """An error output can come from a cell that still succeeded: a display formatter that raised, e.g. a figure
+    that attnsvm.plots.png refused because its text would be too small to read. The figure is then missing."""
+    _, notebook = twins(name)
+    errors = [(i, output.get("ename"), str(output.get("evalue", ""))[:200]) for i, cell in enumerate(notebook.cells)
+              if cell.cell_type == "code" for output in cell.get("outputs", []) if output.output_type == "error"]
+    assert not errors, f"book/{name}.ipynb shows errors {errors}: fix them, then {FIX}"
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in BOOK.glob("*.ipynb")))
 def test_notebook_is_in_toc(name):
     listed = toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))

@@ -46,6 +46,7 @@ class Visit:
     failures: list[str] = field(default_factory=list)  # local requests that failed or answered >= 400
     mathjax_error: str | None = None  # why MathJax did not finish typesetting, if it did not
     pending: set = field(default_factory=set)  # requests in flight
+    console: list[str] = field(default_factory=list)  # console errors and uncaught exceptions of the page
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -72,10 +73,8 @@ def browser():
         browser.close()
 
 
-@pytest.fixture(scope="session")
-def visit(site, browser):
-    """visit("book/01_preliminaries") -> Visit of _build/html/book/01_preliminaries.html, loaded once per session."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def _visits(site, browser, width: int):
+    context = browser.new_context(viewport={"width": width, "height": 900})
     context.route("**/*", lambda route: route.continue_() if is_local(route.request.url) else route.abort())
     visits = {}
 
@@ -84,6 +83,22 @@ def visit(site, browser):
             visits[name] = open_page(context, site.url + name + ".html")
         return visits[name]
 
+    return context, load
+
+
+@pytest.fixture(scope="session")
+def visit(site, browser):
+    """visit("book/01_preliminaries") -> Visit of _build/html/book/01_preliminaries.html in a 1280 px wide window,
+    loaded once per session."""
+    context, load = _visits(site, browser, 1280)
+    yield load
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def visit_phone(site, browser):
+    """The same in a 400 px wide window (a phone)."""
+    context, load = _visits(site, browser, 400)
     yield load
     context.close()
 
@@ -96,6 +111,8 @@ def open_page(context, url: str) -> Visit:
         visit.pending.add(request)
         (visit.requests if is_local(request.url) else visit.external).append(request.url)
     page.on("request", record)
+    page.on("console", lambda message: message.type == "error" and visit.console.append(message.text))
+    page.on("pageerror", lambda error: visit.console.append(f"uncaught: {error}"))
     for event in ("requestfinished", "requestfailed"):
         page.on(event, lambda request: visit.pending.discard(request))
     page.on("requestfailed", lambda request: is_local(request.url)

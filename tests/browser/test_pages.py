@@ -167,11 +167,3 @@ def test_chapter_has_launch_buttons(name, visit):
         assert any(service in href and notebook in href for href in hrefs), (
             f"{name}.html has no {service} launch link to {notebook[1:]} (see launch_buttons and repository in "
             f"_config.yml)")
-
-
-def test_screenshot_of_first_chapter(visit):
-    assert CHAPTERS, "no chapter page (NN_name.ipynb, NN != 00) in _toc.yml"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{Path(CHAPTERS[0]).name}.png"
-    visit(CHAPTERS[0]).page.screenshot(path=path, full_page=True)
-    assert path.is_file() and path.stat().st_size > 0

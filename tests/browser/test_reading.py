@@ -1,0 +1,195 @@
+"""What a reader sees, in headless chromium at 1280 px (a laptop) and 400 px (a phone): no console error, figures
+whose every text is at least 9 CSS px, nothing wider than the column without a scrollbar, explorers that move,
+numbered cross-references, no leaked notes. Screenshots of every page at both widths are left in
+_build/screenshots/ for a reviewer (build artifacts, never committed).
+
+Run `make book` first; the pages are the `root:`/`file:` entries of _toc.yml.
+"""
+
+import base64
+import io
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import PIL.Image
+import pytest
+
+from attnsvm import plots
+
+from test_pages import PAGES, SCREENSHOTS
+
+each_page = pytest.mark.parametrize("name", PAGES)
+MIN_TEXT_PX = 9
+# Leaked notes and placeholders: internal files, unfinished text, the book's own build chatter.
+FORBIDDEN = re.compile(r"UNKNOWN|\bTODO\b|\bTBD\b|\bFIXME\b|\bXXX\b|CONTENT\.md|FRONTIERS\.md|DESIGN\.md|STYLE\.md|"
+                       r"being written|as it lands|\bissue \d+\b|\{(?:ref|numref|cite|prf:ref)\}|\?\?")
+NUMBERED = ("Exercise", "Theorem", "Proposition", "Lemma", "Corollary", "Definition", "Conjecture", "Figure",
+            "Table", "Example", "Remark", "Algorithm", "Assumption")
+
+ARTICLE_IMAGES = """async () => {
+    const article = document.querySelector('.bd-article') || document.querySelector('main');
+    const images = article ? [...article.querySelectorAll('img')] : [];
+    await Promise.all(images.map(img => { img.loading = 'eager'; return img.decode().catch(() => null); }));
+    return images.map(img => ({src: img.getAttribute('src'), natural: img.naturalWidth, shown: img.clientWidth}));
+}"""
+
+
+def image_bytes(src: str, page_url: str, root: Path) -> bytes:
+    if src.startswith("data:"):
+        return base64.b64decode(src.split(",", 1)[1])
+    path = unquote(urlsplit(src).path)
+    base = Path(unquote(urlsplit(page_url).path)).parent
+    return (root / (base / path).as_posix().lstrip("/")).resolve().read_bytes()
+
+
+def smallest_text_px(data: bytes, shown_width: float) -> float | None:
+    """CSS px of the smallest text of a figure saved by attnsvm.plots.png, as displayed `shown_width` px wide;
+    None for an image that does not say its text size (not drawn through plots.png)."""
+    image = PIL.Image.open(io.BytesIO(data))
+    text = getattr(image, "text", {})
+    if plots.TEXT_KEY not in text or plots.DPI_KEY not in text:
+        return None
+    points, dpi = float(text[plots.TEXT_KEY]), float(text[plots.DPI_KEY])
+    return points * dpi / 72 * shown_width / image.width
+
+
+@each_page
+def test_no_console_errors(name, visit):
+    assert not visit(name).console, f"{name}.html: console errors {visit(name).console}"
+
+
+@each_page
+def test_every_figure_text_is_at_least_9_px(name, visit, site):
+    visited = visit(name)
+    small, unknown = [], []
+    for image in visited.page.evaluate(ARTICLE_IMAGES):
+        if image["natural"] == 0:
+            continue  # test_pages checks that every image loads
+        px = smallest_text_px(image_bytes(image["src"], visited.page.url, site.root), image["shown"])
+        label = image["src"][:60]
+        if px is None:
+            unknown.append(label)
+        elif px < MIN_TEXT_PX:
+            small.append(f"{label} (smallest text {px:.1f} px)")
+    assert not unknown, (f"{name}.html: figures that do not record their text size (draw them with the book's style, "
+                         f"attnsvm.setup(), so that attnsvm.plots.png saves them): {unknown}")
+    assert not small, f"{name}.html: figure text below {MIN_TEXT_PX} CSS px at 1280 px: {small}"
+
+
+def test_figure_text_measure_catches_a_shrunk_figure():
+    import matplotlib.pyplot as plt
+    plots.use_style()
+    figure, ax = plt.subplots(figsize=(plots.WIDTH, 3))
+    ax.plot([0, 1])
+    data, metadata = plots.png(figure)
+    plt.close(figure)
+    assert smallest_text_px(data, metadata["width"]) == pytest.approx(9 * 100 / 72, rel=0.01)  # width rounded
+    assert smallest_text_px(data, metadata["width"] / 2) < MIN_TEXT_PX
+    buffer = io.BytesIO()
+    PIL.Image.new("RGB", (10, 10)).save(buffer, format="png")
+    assert smallest_text_px(buffer.getvalue(), 10) is None
+
+
+OVERFLOW = """(selector) => {
+    const article = document.querySelector('.bd-article');
+    if (!article) return [];
+    const right = article.getBoundingClientRect().right;
+    const scrolls = element => ['auto', 'scroll'].includes(getComputedStyle(element).overflowX);
+    const scroller = element => {
+        for (let node = element; node && node !== article; node = node.parentElement)
+            if (scrolls(node) && node.clientWidth < node.scrollWidth) return node;
+        return null;
+    };
+    const bad = [];
+    for (const element of article.querySelectorAll(selector)) {
+        if (!element.getClientRects().length || element.closest('.toggle-hidden, details:not([open])')) continue;
+        const wide = element.scrollWidth > element.clientWidth + 1 || element.getBoundingClientRect().right > right + 1;
+        if (wide && !scroller(element)) bad.push(element.innerText.slice(0, 60).replace(/\\s+/g, ' '));
+    }
+    return bad;
+}"""
+WIDE = "mjx-container[display='true'], table, pre, .cell_output, figure, .attnsvm-explorer"
+
+
+@each_page
+def test_nothing_wider_than_the_column_without_a_scrollbar(name, visit, visit_phone):
+    for width, visited in ((1280, visit(name)), (400, visit_phone(name))):
+        bad = visited.page.evaluate(OVERFLOW, WIDE)
+        assert not bad, f"{name}.html at {width} px: wider than the column and not scrollable: {bad[:5]}"
+
+
+@each_page
+def test_display_math_fits_the_column_at_1280_px(name, visit):
+    wide = visit(name).page.evaluate("""() => [...document.querySelectorAll('.bd-article mjx-container[display="true"]')]
+        .filter(m => m.getClientRects().length && m.scrollWidth > m.clientWidth + 1)
+        .map(m => (m.getAttribute('aria-label') || m.innerText).slice(0, 80))""")
+    assert not wide, f"{name}.html: display equations wider than the column at 1280 px (break them): {wide}"
+
+
+def test_overflow_check_catches_clipped_math(browser):
+    page = browser.new_page(viewport={"width": 400, "height": 300})
+    page.set_content('<div class="bd-article" style="width:300px;overflow:hidden">'
+                     '<pre style="overflow-x:visible">' + "x" * 200 + '</pre>'
+                     '<pre style="overflow-x:auto">' + "y" * 200 + '</pre></div>')
+    bad = page.evaluate(OVERFLOW, "pre")
+    page.close()
+    assert bad == ["x" * 60]
+
+
+@each_page
+def test_references_carry_their_numbers(name, visit):
+    bare = visit(name).page.evaluate("""(words) => [...document.querySelectorAll('.bd-article a.reference.internal')]
+        .map(a => a.innerText.trim()).filter(text => words.includes(text))""", list(NUMBERED))
+    assert not bare, f"{name}.html: references without their number (use {{numref}}): {bare}"
+
+
+@each_page
+def test_no_leaked_notes_or_placeholders(name, visit):
+    text = visit(name).page.evaluate("() => (document.querySelector('.bd-article') || document.body).innerText")
+    found = sorted({match.group(0) for match in FORBIDDEN.finditer(text)})
+    assert not found, f"{name}.html shows {found}: " + "; ".join(
+        text[max(0, text.index(f) - 50):text.index(f) + 50].replace("\n", " ") for f in found)
+
+
+@each_page
+def test_one_search_box_and_launch_buttons_only_with_code(name, visit):
+    page = visit(name).page
+    fields = page.evaluate("() => [...document.querySelectorAll('.search-button-field, .bd-search')]"
+                           ".filter(e => e.offsetParent !== null && !e.closest('.search-button__wrapper')).length")
+    assert fields <= 1, f"{name}.html shows {fields} search fields"
+    has_code = page.evaluate("() => !!document.querySelector('.bd-article div.cell')")
+    launch = page.evaluate("() => [...document.querySelectorAll('a[href]')].some(a => a.href.includes('mybinder.org'))")
+    assert launch == has_code, f"{name}.html: launch buttons {'without' if launch else 'despite'} code to run"
+
+
+EXPLORERS = "() => document.querySelectorAll('.bd-article .attnsvm-explorer').length"
+
+
+@each_page
+def test_every_explorer_control_changes_its_figure(name, visit):
+    page = visit(name).page
+    still = []
+    for k in range(page.evaluate(EXPLORERS)):
+        explorer = page.locator(".bd-article .attnsvm-explorer").nth(k)
+        explorer.scroll_into_view_if_needed()
+        image = explorer.locator("img")
+        for j in range(explorer.locator("input[type=range]").count()):
+            slider = explorer.locator("input[type=range]").nth(j)
+            before, start = image.screenshot(), slider.input_value()
+            other = "0" if start != "0" else slider.get_attribute("max")
+            slider.evaluate("(s, v) => { s.value = v; s.dispatchEvent(new Event('input')); }", other)
+            page.wait_for_timeout(50)
+            if image.screenshot() == before:
+                still.append(f"explorer {k + 1}, control {slider.get_attribute('aria-label')}")
+            slider.evaluate("(s, v) => { s.value = v; s.dispatchEvent(new Event('input')); }", start)
+    assert not still, f"{name}.html: explorer controls that change no pixel of their figure: {still}"
+
+
+@each_page
+def test_screenshots_for_review(name, visit, visit_phone):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for width, visited in ((1280, visit(name)), (400, visit_phone(name))):
+        path = SCREENSHOTS / f"{Path(name).name}-{width}.png"
+        visited.page.screenshot(path=path, full_page=True)
+        assert path.stat().st_size > 0
