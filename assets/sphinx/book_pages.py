@@ -17,7 +17,7 @@ def _unique_scripts(app, pagename, templatename, context, doctree):
         if key not in seen:
             seen.add(key)
             unique.append(script)
-    context["script_files"] = unique
+    context["script_files"][:] = unique  # in place: it is the list that later handlers (MathJax) append to
 
 
 def _has_code(doctree) -> bool:
