@@ -127,6 +127,21 @@ def test_display_math_fits_the_column_at_1280_px(name, visit):
     assert not wide, f"{name}.html: display equations wider than the column at 1280 px (break them): {wide}"
 
 
+@each_page
+def test_code_lines_fit_the_column_at_1280_px(name, visit):
+    page = visit(name).page
+    wide = page.evaluate("""() => {
+        const closed = [...document.querySelectorAll('.bd-article details:not([open])')];
+        closed.forEach(d => d.open = true);  // hidden code can be shown: it must fit too
+        const wide = [...document.querySelectorAll('.bd-article .cell_input pre')]
+            .filter(pre => pre.getClientRects().length && pre.scrollWidth > pre.clientWidth + 1)
+            .map(pre => pre.innerText.split('\\n').reduce((a, b) => a.length >= b.length ? a : b));
+        closed.forEach(d => d.open = false);
+        return wide;
+    }""")
+    assert not wide, f"{name}.html: code lines that run past the cell edge at 1280 px (break them): {wide}"
+
+
 def test_overflow_check_catches_clipped_math(browser):
     page = browser.new_page(viewport={"width": 400, "height": 300})
     page.set_content('<div class="bd-article" style="width:300px;overflow:hidden">'
