@@ -1,6 +1,6 @@
 """Every chapter has what a course relies on: objectives and prerequisites, a link to the notation page, a summary,
 at least four exercises with solutions (one of them a coding exercise with a stub and a self-check), an explorer
-in chapters 2-6, and its execution time printed at the end."""
+in chapters 2-6; self-checks that do not give a stub's answer away; code cells short enough to read."""
 
 import re
 from pathlib import Path
@@ -14,6 +14,22 @@ EXPLORER_CHAPTERS = ("02", "03", "04", "05", "06")
 
 def source(name: str) -> str:
     return (ROOT / "book_src" / f"{name}.md").read_text()
+
+
+def code_cells(name: str) -> list[tuple[str, str]]:
+    """(options, body) of every code cell of a chapter's source: the options are the `:tags:` line or the
+    `---` YAML block under the cell's opening line."""
+    cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", source(name), re.MULTILINE | re.DOTALL)
+    split = []
+    for cell in cells:
+        if cell.startswith("---\n"):
+            options, _, body = cell[4:].partition("\n---\n")
+        else:
+            lines = cell.split("\n")
+            head = [line for line in lines if line.startswith(":")]
+            options, body = "\n".join(head), "\n".join(lines[len(head):])
+        split.append((options, body))
+    return split
 
 
 def test_the_book_has_seven_chapters():
@@ -47,3 +63,21 @@ def test_chapter_has_a_coding_exercise_with_a_stub_and_a_self_check(name):
 @pytest.mark.parametrize("name", [n for n in CHAPTERS if n[:2] in EXPLORER_CHAPTERS])
 def test_chapter_has_an_explorer(name):
     assert "widgets.explorer(" in source(name), f"{name}: no interactive explorer"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_self_checks_show_no_output_in_the_book(name):
+    """The book runs the hidden solution, so a shown check would print "correct" right under a stub."""
+    shown = [body.strip().splitlines()[0] for options, body in code_cells(name)
+             if "exercises.check(" in body and "remove-output" not in options]
+    assert not shown, f"{name}: self-check cells without the remove-output tag: {shown}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_visible_code_cells_are_short(name):
+    """About ten lines that read like the math; longer code belongs in attnsvm (or a hide-input plotting cell)."""
+    long = [f"{len(body.strip().splitlines())} lines: {body.strip().splitlines()[0]}"
+            for options, body in code_cells(name)
+            if not re.search(r"hide-input|remove-input|remove-cell|hide-cell", options)
+            and len(body.strip().splitlines()) > 20]
+    assert not long, f"{name}: visible code cells over 20 lines: {long}"

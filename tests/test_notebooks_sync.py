@@ -75,6 +75,14 @@ def test_notebook_shows_no_error(name):
     assert not errors, f"book/{name}.ipynb shows errors {errors}: fix them, then {FIX}"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_carries_no_widget_state(name):
+    """The explorers are frames in the page; widget state left in a notebook's metadata would be rendered as
+    dead controls."""
+    _, notebook = twins(name)
+    assert "widgets" not in notebook.metadata, f"book/{name}.ipynb carries ipywidgets state in its metadata: {FIX}"
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in BOOK.glob("*.ipynb")))
 def test_notebook_is_in_toc(name):
     listed = toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))

@@ -57,20 +57,32 @@ class ReLU(_Head):
 
 @dataclass(frozen=True)
 class Lambda(_Head):
-    """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens."""
+    """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens.
+
+    lam: a number >= 0, or a tensor of them, one per problem, broadcast against the batch shape of `a` without
+    its (n, d) (e.g. shape (L, 1) for L values of lam, each on the same batch of problems)."""
 
     v: torch.Tensor
-    lam: float
+    lam: float | torch.Tensor
 
     def __post_init__(self):
         object.__setattr__(self, "v", as_tensor(self.v, "v"))
-        object.__setattr__(self, "lam", nonnegative_float(self.lam, "lam"))
+        if isinstance(self.lam, torch.Tensor) and self.lam.ndim:
+            lam = as_tensor(self.lam, "lam")
+            if not (torch.isfinite(lam).all() and (lam >= 0).all()):
+                raise ValueError(f"lam must hold finite numbers >= 0, got {lam}")
+        else:
+            lam = nonnegative_float(self.lam, "lam")
+        object.__setattr__(self, "lam", lam)
+
+    def _lam(self, extra: int):
+        return self.lam[(...,) + (None,) * extra] if isinstance(self.lam, torch.Tensor) else self.lam
 
     def value(self, a: torch.Tensor) -> torch.Tensor:
-        return (a * self.v[..., None, :]).sum(-1) - self.lam * (a * a).sum(-1)
+        return (a * self.v[..., None, :]).sum(-1) - self._lam(1) * (a * a).sum(-1)
 
     def gradient(self, a: torch.Tensor) -> torch.Tensor:
-        return self.v[..., None, :] - 2 * self.lam * a
+        return self.v[..., None, :] - 2 * self._lam(2) * a
 
 
 def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:

@@ -8,7 +8,10 @@ prefix of the seeds.
 
 The runs normalize each gradient step as paper A's code does, by ||G||_F + EPS (machine epsilon): once the
 gradient norm falls to about 1e-16, the steps shrink and training all but stops. The figure's numbers depend on
-it (Chapter 5 compares exact normalized steps, eps = 0).
+it (Chapter 5 compares exact normalized steps, eps = 0): `norms`, `moved` and `token_fates` compare the two.
+
+Also here: `token_pairs`, the token pairs of one run and the span S_fin of the finite part (Chapter 5's lemma),
+and `lambda_sweep`, the book's own lambda-head experiment (E5.2).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 from . import data, heads, session, svm, theory, train
-from .checks import positive_int
+from .checks import nonnegative_float, positive_int
 from .initial import uniform_init
 
 N, T = 3, 4  # sequences and tokens per sequence
@@ -178,3 +181,122 @@ def errors(runs: Runs) -> dict[str, np.ndarray]:
         targets["W_mm"].append(general.W_mm)
         targets["1token"].append(one_token)
     return {name: 1 - theory.correlation(W, torch.as_tensor(np.stack(Ws))) for name, Ws in targets.items()}
+
+
+def norms(runs: Runs) -> torch.Tensor:
+    """||W(k)||_F of every run at every recorded step, (records, batch)."""
+    return runs.trajectory.W.norm(dim=(-2, -1))
+
+
+def moved(runs: Runs, back: int = 1) -> torch.Tensor:
+    """How far W moved over the last `back` records, ||W(K) - W(K - back * 100)||_F per run, (batch,)."""
+    W = runs.trajectory.W
+    back = positive_int(back, "back")
+    if back >= len(W):
+        raise ValueError(f"back must be below the number of records ({len(W)}), got {back}")
+    return (W[-1] - W[-1 - back]).norm(dim=(-2, -1))
+
+
+@dataclass(frozen=True)
+class TokenPairs:
+    """The token pairs (i, t, tau) of one run with its selected sets O_i, and their matrices
+    A[i, t, tau] = (x_it - x_itau) z_i^T, so that (x_it - x_itau)^T W z_i = <A, W>_F (Chapter 5's lemma)."""
+
+    inside: list  # t != tau, both in O_i: the equations of the finite part
+    apart: list  # t in O_i, tau not: the margins of the directional part
+    A: dict
+    basis: np.ndarray  # orthonormal rows (dim S_fin, d * d) spanning S_fin = span{A[pair] : pair inside}
+
+    def project(self, W) -> np.ndarray:
+        """Pi W: the orthogonal projection of W (d, d) onto S_fin (Frobenius inner product)."""
+        W = np.asarray(W, dtype=float)
+        return (self.basis.T @ (self.basis @ W.ravel())).reshape(W.shape)
+
+
+def token_pairs(X, Z, relevant) -> TokenPairs:
+    """The `TokenPairs` of tokens X (n, T, d), queries Z (n, d) and selected sets `relevant` (bool (n, T), e.g.
+    `svm.general_svm(...).relevant`)."""
+    X, Z, O = np.asarray(X, dtype=float), np.asarray(Z, dtype=float), np.asarray(relevant, dtype=bool)
+    if X.ndim != 3 or Z.shape != (X.shape[0], X.shape[2]) or O.shape != X.shape[:2]:
+        raise ValueError(f"need X (n, T, d), Z (n, d) and relevant (n, T); got X {X.shape}, Z {Z.shape}, "
+                         f"relevant {O.shape}")
+    n, T = O.shape
+    triples = [(i, t, tau) for i in range(n) for t in range(T) for tau in range(T) if O[i, t] and t != tau]
+    inside = [(i, t, tau) for i, t, tau in triples if O[i, tau]]
+    apart = [(i, t, tau) for i, t, tau in triples if not O[i, tau]]
+    A = {(i, t, tau): np.outer(X[i, t] - X[i, tau], Z[i]) for i, t, tau in triples}
+    spanning = np.array([A[pair].ravel() for pair in inside]).reshape(-1, X.shape[2] ** 2)
+    rank = np.linalg.matrix_rank(spanning) if len(inside) else 0
+    basis = np.linalg.svd(spanning, full_matrices=False)[2][:rank] if rank else spanning[:0]
+    return TokenPairs(inside, apart, A, basis)
+
+
+@dataclass(frozen=True)
+class TokenFates:
+    """What exact normalized steps do to the tokens of the same runs trained with paper A's step: `leaving` and
+    `falling` (batch, n, T) bool, `revived` and `in_transit` (batch,) bool, `kept_weight` 1-D."""
+
+    leaving: torch.Tensor  # kept by paper A's step at step 2000 (s >= 1e-3), below 1e-3 with exact steps
+    falling: torch.Tensor  # leaving, and the exact run's probability fell at each of its last ten records
+    revived: np.ndarray  # a token of the exact run, once below 1e-14 at a record, above 1e-10 at a later one
+    in_transit: np.ndarray  # a leaving token still above 1e-6 (ambiguous) at step 2000 of the exact run
+    kept_weight: torch.Tensor  # the weights paper A's step gives the leaving tokens at step 2000
+
+    @property
+    def left(self) -> np.ndarray:
+        """Runs, (batch,), in which some token kept by paper A's step is leaving O_i."""
+        return self.leaving.flatten(1).any(1).numpy()
+
+
+def token_fates(paper: Runs, exact: Runs) -> TokenFates:
+    """Follow each token (i, t) through the records of the same runs trained with paper A's step (`paper`) and
+    with exact normalized steps (`exact`, e.g. `train_runs(d, seeds, eps=0)`)."""
+    if not np.array_equal(paper.seeds, exact.seeds):
+        raise ValueError("paper and exact must be the same runs (the same seeds, in the same order)")
+    s_paper, s_exact = paper.trajectory.probs, exact.trajectory.probs  # (records, batch, n, T)
+    leaving = (s_paper[-1] >= RELEVANT) & (s_exact[-1] < RELEVANT)
+    falling = leaving & (s_exact[-10:].diff(dim=0) < 0).all(0)
+    lowest = torch.cummin(s_exact, dim=0).values  # the lowest value so far, token by token
+    revived = ((lowest[:-1] < 1e-14) & (s_exact[1:] > 1e-10)).any(0).flatten(1).any(1).numpy()
+    in_transit = (leaving & (s_exact[-1] > MASKED)).flatten(1).any(1).numpy()
+    return TokenFates(leaving, falling, revived, in_transit, s_paper[-1][leaving])
+
+
+@dataclass(frozen=True)
+class LambdaRuns:
+    """E5.2: gradient descent's final attention with the lambda-head on single sequences of orthonormal tokens,
+    against the water-filling optimum; each (batch, 1, T) except theta (batch, 1)."""
+
+    s: torch.Tensor  # GD's attention at step 2000
+    optimum: torch.Tensor  # heads.lambda_optimum of the token values
+    u: torch.Tensor  # the token values v^T x_t
+    theta: torch.Tensor  # the optimum's threshold (the largest value when lam = 0)
+
+    @property
+    def selected(self) -> torch.Tensor:
+        """The tokens gradient descent keeps, s >= 1e-3 (the selection threshold of E5.1)."""
+        return self.s >= RELEVANT
+
+    @property
+    def predicted(self) -> torch.Tensor:
+        """The tokens the optimum keeps, s* > 0."""
+        return self.optimum > 0
+
+
+def lambda_sweep(lams, *, batch: int = 200, seed: int = 0, T: int = 6, steps: int = 2000) -> dict:
+    """{lam: LambdaRuns} for each lam >= 0 of `lams`: normalized GD (lr 0.1, logistic loss, `steps` steps) with
+    the head v^T a - lam ||a||^2 (lam = 0: the linear head) on the same `batch` sequences of T orthonormal tokens
+    (`data.orthonormal_problem(T, seed=seed)`), all values of lam trained together in one batch."""
+    lams = [nonnegative_float(lam, f"lams[{k}]") for k, lam in enumerate(lams)]
+    if not lams or len(set(lams)) != len(lams):
+        raise ValueError(f"lams must be a non-empty list of distinct numbers >= 0, got {lams}")
+    one = data.orthonormal_problem(T, seed=seed, batch=positive_int(batch, "batch"))
+    problem = data.Problem(*(part.expand((len(lams),) + part.shape) for part in (one.X, one.Y, one.Z, one.v)))
+    head = heads.Lambda(problem.v, torch.tensor(lams, dtype=torch.float64)[:, None])
+    run = train.gd(problem, steps=positive_int(steps, "steps"), lr=LR, head=head, record_every=steps)
+    u = (one.X @ one.v[:, None, :, None])[..., 0]  # (batch, 1, T)
+    sweep = {}
+    for k, lam in enumerate(lams):
+        theta = heads.lambda_threshold(u, lam) if lam > 0 else u.amax(-1)
+        sweep[lam] = LambdaRuns(run.probs[-1, k], heads.lambda_optimum(u, lam), u, theta)
+    return sweep

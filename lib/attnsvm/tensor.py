@@ -15,7 +15,8 @@ A2 (keys), A3 (values), each (T, d).
 - attention="linear" replaces the softmax row f(x) by the unnormalized row A_{j0} x (linear attention).
 - Curvature: `hessian` is the closed-form Hessian A_{j0}^T H_a A_{j0}; `lipschitz_bound` a Lipschitz constant of the
   gradient valid on all of R^{d^2} (an upper bound); `empirical_lipschitz` (random pairs and points) and
-  `max_hessian_norm` (multi-start ascent over the R-ball) give lower bounds on the constant over the ball.
+  `max_hessian_norm` (multi-start ascent over the R-ball) give lower bounds on the constant over the ball;
+  `gap_study` (E7.3) and `attention_study` (E7.4) run them over the chapter's grids of T and R.
   (The chapter writes the attention entry <f(x), h> as psi; the code calls it s.)
 
 Indices are 0-based in code (j0 = 0 is the math's j_0 = 1). Book translation (chapter 7): the book's sequence
@@ -461,3 +462,74 @@ def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logis
         x = x - lr * gradient(Aj, x, hv, b, kind=kind, attention=attention)
         losses.append(loss(Aj, x, hv, b, kind=kind, attention=attention))
     return torch.stack(losses), x
+
+
+# ------------------------------------------------------------------ the chapter's studies (E7.3, E7.4)
+
+def _values(values, name: str, convert: Callable) -> list:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of numbers, got {values!r}")
+    values = [convert(value, name) for value in values]
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    return values
+
+
+class Study(NamedTuple):
+    """Bounds on the Lipschitz constant of the gradient over the R-ball, per sentence length T, radius R and
+    instance, each (len(sizes), len(radii), batch), and paper C's constant."""
+
+    sampled: torch.Tensor  # max of `empirical_lipschitz`'s pairs and power: a lower bound
+    found: torch.Tensor  # `max_hessian_norm`: a lower bound
+    ours: torch.Tensor  # `lipschitz_bound`: an upper bound, valid on all of R^{d^2}
+    log10_M: np.ndarray  # (len(sizes), len(radii)): log10 of Lemma 3.13's M (`log10_bound`)
+
+
+def gap_study(sizes, radii, *, d: int = 3, batch: int = 20, kind: str = "paper", points: int = 64,
+              iterations: int = 20, starts: int = 16, steps: int = 60) -> Study:
+    """Chapter 7's E7.3: for each T in `sizes` and R in `radii` (R >= 4), `batch` instances
+    `random_instance(T, d, R, seed=T)`, bracketed by random sampling (`empirical_lipschitz`, `points` points,
+    `iterations` power steps) and ascent (`max_hessian_norm`, `starts` starts of `steps` steps), both with
+    seed int(R), and by `lipschitz_bound`."""
+    sizes = _values(sizes, "sizes", positive_int)
+    radii = _values(radii, "radii", positive_float)
+    log10_M = np.array([[log10_bound(T, R) for R in radii] for T in sizes])  # checks R >= 4
+    sampled, found, ours = [], [], []
+    for T in sizes:
+        for R in radii:
+            instance = random_instance(T, d, R, seed=T, batch=batch)
+            estimate = empirical_lipschitz(instance, R, kind=kind, points=points, iterations=iterations,
+                                           seed=int(R))
+            sampled.append(torch.maximum(estimate.pairs, estimate.power))
+            found.append(max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value)
+            ours.append(lipschitz_bound(*instance, kind=kind))
+    shape = (len(sizes), len(radii), -1)
+    return Study(*(torch.stack(t).reshape(shape) for t in (sampled, found, ours)), log10_M)
+
+
+class Comparison(NamedTuple):
+    """Softmax against linear attention on the same instances, each (len(radii), batch)."""
+
+    found: torch.Tensor  # softmax: `max_hessian_norm`, a lower bound
+    ours: torch.Tensor  # softmax: `lipschitz_bound`, an upper bound
+    linear: torch.Tensor  # linear attention: `lipschitz_bound(attention="linear")`, exact on the ball
+    linear_found: torch.Tensor  # linear attention: `max_hessian_norm` (1 start, 5 steps), which should equal it
+
+
+def attention_study(radii, kind: str, *, T: int = 5, d: int = 3, batch: int = 50, h_norm: float | None = None,
+                    starts: int = 16, steps: int = 60) -> Comparison:
+    """Chapter 7's E7.4: for each R in `radii`, `batch` instances `random_instance(T, d, R, seed=int(R),
+    h_norm=h_norm)` (||h|| = R by default), the Lipschitz constant of the gradient of loss `kind` over the R-ball
+    for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and
+    ascent as a check)."""
+    radii = _values(radii, "radii", positive_float)
+    choice(kind, "kind", KINDS)
+    columns = []
+    for R in radii:
+        instance = random_instance(T, d, R, seed=int(R), batch=batch, h_norm=h_norm)
+        columns.append((
+            max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value,
+            lipschitz_bound(*instance, kind=kind),
+            lipschitz_bound(*instance, kind=kind, attention="linear"),
+            max_hessian_norm(instance, R, kind=kind, starts=1, steps=5, attention="linear").value))
+    return Comparison(*(torch.stack(column) for column in zip(*columns)))
