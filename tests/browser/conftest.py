@@ -68,7 +68,10 @@ def site():
 @pytest.fixture(scope="session")
 def browser():
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        # Scrollbars as a reader's browser draws them (Playwright hides them by default), so that the screenshots
+        # show where a wide equation, table or figure scrolls.
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                                             ignore_default_args=["--hide-scrollbars"])
         yield browser
         browser.close()
 
