@@ -7,9 +7,14 @@ import torch
 
 
 def as_tensor(value, name: str, *, device=None) -> torch.Tensor:
-    """Return `value` as a float64 torch tensor, rejecting non-numeric and non-finite input."""
+    """Return `value` as a float64 torch tensor, rejecting non-numeric and non-finite input and tensors on another
+    device than the CPU. A tensor that requires grad keeps its graph (the model's functions are differentiable);
+    functions that leave torch (numpy, cvxpy) must call `.detach()` themselves."""
+    if torch.is_tensor(value) and value.device.type != "cpu":
+        raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
+                         f"{name}.cpu()")
     try:
-        tensor = torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+        tensor = value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError) as err:
         raise TypeError(f"{name} must be a numeric array or tensor, got {type(value).__name__}") from err
     if tensor.is_complex() or tensor.dtype == torch.bool:
@@ -73,3 +78,36 @@ def nonnegative_float(value, name: str) -> float:
         return 0.0 if float(value) == 0 else positive_float(value, name)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from err
+
+
+def boolean(value, name: str) -> bool:
+    """Return `value` if it is a bool (numpy's too), else raise a TypeError naming it (None, 'no', 0 are not)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def seed(value, name: str = "seed") -> int:
+    """Return `value` as an int >= 0 (a random seed), else raise a TypeError/ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 0, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def budget(count: float, name: str, limit: float, what: str) -> None:
+    """Raise a ValueError naming `name` when a request would need more than `limit` `what` (e.g. records kept in
+    memory, or steps): a clear refusal instead of a run that exhausts memory or never ends."""
+    if count > limit:
+        raise ValueError(f"{name} asks for {count:.3g} {what}, more than the {limit:.3g} this function allows: "
+                         f"make it smaller")
+
+
+def finite_result(tensor, what: str, fix: str):
+    """Return `tensor` if every entry is finite, else raise a FloatingPointError saying what overflowed and how
+    to avoid it (never hand back NaN or inf)."""
+    values = tensor if torch.is_tensor(tensor) else torch.as_tensor(np.asarray(tensor, dtype=float))
+    if not torch.isfinite(values).all():
+        raise FloatingPointError(f"{what} is not finite (overflow in float64): {fix}")
+    return tensor
