@@ -15,14 +15,23 @@ numbers are the same on any x86-64 machine with AVX2.
 """
 
 from . import codepaths  # noqa: I001 (first: it sets the code paths before numpy and torch load)
+from importlib import import_module as _import_module
 from importlib.metadata import version as _version
 
-from . import (causal, data, exercises, heads, model, multitoken, nuclear, plots, ranks, svm, tensor, theory, train,
-               widgets)
+from . import causal, data, heads, model, multitoken, nuclear, ranks, svm, tensor, theory, train
 from .session import environment, setup, worker_pool
-from .svm import InfeasibleSVM
+from .svm import InfeasibleSVM, SolverError
 
+# The book's own modules (figures, explorers, exercise self-checks) load on first use, so that the science
+# imports without matplotlib and IPython (`pip install attnsvm[book]` adds them).
+_BOOK_MODULES = ("exercises", "plots", "widgets")
 __version__ = _version("attnsvm")
 __all__ = ["codepaths", "causal", "data", "exercises", "heads", "model", "multitoken", "nuclear", "plots", "ranks",
-           "svm", "tensor", "theory", "train", "widgets", "setup", "environment", "worker_pool", "InfeasibleSVM",
+           "svm", "tensor", "theory", "train", "widgets", "setup", "environment", "worker_pool", "InfeasibleSVM", "SolverError",
            "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _BOOK_MODULES:
+        return _import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")

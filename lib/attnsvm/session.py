@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from . import codepaths, plots
+from . import codepaths
+from . import checks
 from .checks import positive_int
 
 PACKAGES = ("attnsvm", "torch", "cvxpy", "numpy", "scipy", "matplotlib")
@@ -30,19 +31,30 @@ def setup(seed: int = 0, threads: int = 1) -> None:
     (`codepaths.report()`), since the printed numbers may then differ from the book's in their last digits;
     `environment()` prints the versions a result was computed with.
     """
+    _numerics(seed, threads)
+    try:
+        from . import plots  # the book's figure style, when matplotlib is installed (the `book` extra)
+    except ImportError:
+        pass
+    else:
+        plots.use_style()
+    unpinned = codepaths.report()
+    if unpinned and codepaths.PINNABLE:
+        warnings.warn("Not every library runs the book's CPU code path, so a printed number may differ from the "
+                      f"book's in its last digits: {unpinned}. Fix: restart the kernel and import attnsvm before "
+                      "numpy, torch and numba (the chapters' first import does).", stacklevel=2)
+
+
+def _numerics(seed: int = 0, threads: int = 1) -> None:
+    """The part of `setup()` that results depend on (precision, threads, seeds): what worker processes run."""
     threads = positive_int(threads, "threads")
+    seed = checks.seed(seed)
     torch.set_default_dtype(torch.float64)
     torch.set_num_threads(threads)
     threadpool_limits(threads)  # the BLAS of numpy and scipy (the NNLS and least-squares solves)
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
-    plots.use_style()
-    unpinned = codepaths.report()
-    if unpinned and codepaths.PINNABLE:
-        warnings.warn("Not every library runs the book's CPU code path, so a printed number may differ from the "
-                      f"book's in its last digits: {unpinned}. Fix: restart the kernel and import attnsvm before "
-                      "numpy, torch and numba (the chapters' first import does).", stacklevel=2)
 
 
 def environment() -> None:
@@ -52,7 +64,8 @@ def environment() -> None:
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """`workers` new processes, each set up as by `setup()` (float64, one thread), for experiments that spread
+    """`workers` new processes, each set up as by `setup()` but without its plot style (float64, one thread, no
+    matplotlib), for experiments that spread
     independent parts over cores. Starting one takes seconds (it imports the library): reuse a pool."""
     return ProcessPoolExecutor(positive_int(workers, "workers"), mp_context=get_context("spawn"),
-                               initializer=setup)
+                               initializer=_numerics)
