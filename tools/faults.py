@@ -125,13 +125,15 @@ def torch_loop_only() -> None:
     import attnsvm.compiled as compiled
     import attnsvm.train as train
 
-    def gd(problem, W0, head, *, loss, lr, normalized, eps, record):
+    def gd(problem, W0, head, loss, lr, normalized, eps, record):
         every = reduce(gcd, record) or 1
         run = train.gd(problem, steps=record[-1], lr=lr, normalized=normalized, init=W0, record_every=every,
                        loss=loss, head=head, eps=eps, engine="torch")
         index = [list(run.steps).index(k) for k in record]
         return run.W[index], run.probs[index], run.loss[index]
-    patch(compiled, "gd", lambda original: gd)
+    patch(compiled, "_gd", lambda original: gd)  # train.gd calls the unchecked engine
+    patch(compiled, "gd", lambda original: lambda problem, W0, head, *, loss, lr, normalized, eps, record: gd(
+        problem, W0, head, loss, lr, normalized, eps, record))
 
 
 @fault(is_control=True)
@@ -343,7 +345,7 @@ def gradient_float32():
         weighted = (grad.direction[..., None] * problem.X).sum(-2)
         return weighted.transpose(-2, -1) @ Z, grad.log_scale, grad
     torch_loop_only()
-    patch(gradients, "weight_gradient", lambda original: weight_gradient)
+    patch(gradients, "_weight_gradient", lambda original: weight_gradient)
 
 
 @fault("01_preliminaries", "tests/lib/test_train.py::test_exact_gradient_is_accurate_when_softmax_saturates",
@@ -364,7 +366,7 @@ def exact_gradient_is_autograd():
             return G, torch.zeros(G.shape[:-2], dtype=G.dtype), grad
         return weight_gradient
     torch_loop_only()
-    patch(gradients, "weight_gradient", make)
+    patch(gradients, "_weight_gradient", make)
 
 
 @fault("01_preliminaries", "04_local_convergence", "07_tensor_lipschitz",
@@ -387,7 +389,7 @@ def softmax_without_max_shift():
         return faulty
 
     torch_loop_only()
-    patch(gradients, "logit_gradient", logit_gradient)
+    patch(gradients, "_logit_gradient", logit_gradient)
     patch(model, "attention", lambda original: lambda problem, W: naive(model.logits(problem, W)))
     patch(causal, "attention", lambda original: lambda problem, W: naive(causal.logits(problem, W)))
     patch(tensor, "f", lambda original: lambda Aj, x: naive(tensor._logits(*tensor._block_and_point(Aj, x))))
@@ -510,35 +512,29 @@ def kq_gradient_untransposed():
     import torch
 
     from attnsvm import train
-    from attnsvm.initial import initial_parameters
-    from attnsvm.model import token_values
 
     def make(original):
-        def gd(problem, *, param="W", steps, lr, normalized=True, init=None, record_every=1, loss="logistic",
-               m=None, seed=0, gradient="exact", head=None, eps=0.0, engine="auto"):
-            if param != "KQ" or gradient != "exact":
-                return original(problem, param=param, steps=steps, lr=lr, normalized=normalized, init=init,
-                                record_every=record_every, loss=loss, m=m, seed=seed, gradient=gradient, head=head,
-                                eps=eps, engine=engine)
-            K, Q = initial_parameters(problem, "KQ", init, problem.d if m is None else m, seed)
-            recorder = train._Recorder(steps, record_every)
-            values = token_values(problem) if head is None else None
+        def loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge):
+            if len(params) == 1 or gradient != "exact" or ridge:
+                return original(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge)
+            values = train._token_values(problem, problem.v) if head is None else None
+            K, Q = params
             for k in range(steps + 1):
                 W = K @ Q.transpose(-2, -1)
-                G, log_scale, grad = train.weight_gradient(problem, W, loss, head, values)
+                G, log_scale, grad = train.gradients._weight_gradient(problem, W, loss, head, values)
                 if recorder.wants(k):
-                    recorder.add(W=W, probs=grad.probs, loss=train._risk(loss, problem.Y, grad.outputs), K=K, Q=Q)
+                    risk = train._risk(train.LOSSES[loss], problem, grad.outputs)
+                    recorder.add(W=W, probs=grad.probs, loss=risk, K=K, Q=Q)
                 if k == steps:
                     break
                 if not normalized:
-                    G = torch.exp(log_scale)[..., None, None] * G
+                    G, log_scale = torch.exp(log_scale)[..., None, None] * G, torch.zeros_like(log_scale)
 
                 def step(update):
                     return train._unit(update, log_scale=log_scale, eps=eps) if normalized else update
                 K, Q = K - lr * step(G @ Q), Q - lr * step(G @ K)  # the fault: G^T @ K
-            return recorder.trajectory()
-        return gd
-    patch(train, "gd", make)
+        return loop
+    patch(train, "_torch_loop", make)
 
 
 @fault("01_preliminaries", "03_global_convergence", "tests/lib/test_data.py::test_random_problem_unit_norms_and_labels")

@@ -39,6 +39,7 @@ rows kron(delta, z), so their cost does not grow with d^2.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,17 +49,67 @@ import torch
 from scipy import sparse
 from scipy.optimize import linprog
 
-from . import svm
-from .checks import as_index, as_tensor, choice, positive_float, positive_int, require_shape
+from . import gradients, svm
+from .checks import MAX_BYTES, cpu_device as _device, memory as _memory, number as _positive
+from .checks import option as _option, seed as _checked_seed
+from .checks import (as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, positive_int,
+                     require_shape)
 from .data import Problem, Sequences, unit_rows
-from .gradients import logit_gradient
 from .initial import uniform_init
-from .model import LOSSES, weights
+from .model import LOSSES
 from .train import Trajectory
 
 OBJECTIVES = ("squared", "norm")  # (1/2)||W||_F^2 + C sum xi (default), or paper C's ||W||_F + C sum xi
 SLACKS = ("constraint", "token")  # one slack per constraint (i, k, t) (default), or paper C's per (sequence i, token t)
 POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
+GAP_TOL = {"hard": 1e-6, "soft": 1e-3}  # accepted relative duality gap of a hard or "squared" SVM solution
+MAX_STEPS = 10**8  # gradient steps one `gd` call may run
+MAX_RECORDS = 10**7  # iterates one `gd` call may record
+MAX_GRAPH_STEPS = 10**8  # steps of the preference-graph searches (`preference_cycle`, `conflicts`)
+# peak memory of each solver, in dense floats per m^2 for m constraints (measured: NNLS, Clarabel, HiGHS)
+SOLVER_FLOATS = {"hard": 6, "squared": 10, "norm": 28, "token": 22, "threshold": 30}
+
+
+# ------------------------------------------------------------------ argument checks (private)
+
+
+
+
+
+
+
+
+
+
+
+def _problem(problem) -> "SequenceProblem":
+    """`problem` if it is a SequenceProblem, else a TypeError naming it."""
+    if not isinstance(problem, SequenceProblem):
+        raise TypeError(f"problem must be a causal.SequenceProblem (e.g. causal.random_problem(n, T, d, seed=0) or "
+                        f"causal.next_token_problem(X)), got {type(problem).__name__}")
+    return problem
+
+
+def _weights(problem: "SequenceProblem", W, name: str = "W") -> torch.Tensor:
+    """`W` as a float64 CPU tensor (..., d, d) whose batch shape broadcasts against the problem's."""
+    W = as_tensor(W, name)
+    d = problem.d
+    if W.ndim < 2 or W.shape[-2:] != (d, d):
+        raise ValueError(f"{name} must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), got "
+                         f"{tuple(W.shape)}")
+    try:
+        torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
+    except RuntimeError as err:
+        raise ValueError(f"{name}'s batch shape {tuple(W.shape[:-2])} does not match the problem's "
+                         f"{problem.batch_shape}: pass one W (d, d) for all problems or one per problem") from err
+    if 0 in W.shape[:-2]:
+        raise ValueError(f"{name} has an empty batch dimension, shape {tuple(W.shape)}: pass at least one W")
+    return W
+
+
+def _no_grad_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as numpy, also one that requires grad (the solvers leave torch)."""
+    return tensor.detach().cpu().numpy()
 
 
 # ------------------------------------------------------------------ a synthetic language
@@ -75,6 +126,21 @@ class Language:
     start: torch.Tensor
     transition: torch.Tensor
 
+    def __post_init__(self):
+        embeddings = as_tensor(self.embeddings, "embeddings")
+        if embeddings.ndim != 2 or 0 in embeddings.shape:
+            raise ValueError(f"embeddings must have shape (V, d) with V, d >= 1 (one embedding per token), got "
+                             f"{tuple(embeddings.shape)}")
+        V = embeddings.shape[0]
+        start, transition = as_tensor(self.start, "start"), as_tensor(self.transition, "transition")
+        require_shape(start, "start", (V,), "the distribution of the first token")
+        require_shape(transition, "transition", (V, V), "row a: the distribution of the token after a")
+        for name, rows in (("start", start[None]), ("transition", transition)):
+            if (rows < 0).any() or ((rows.sum(-1) - 1).abs() > 1e-9).any():
+                raise ValueError(f"{name} must hold probabilities: entries >= 0 and every row summing to 1")
+        for name, value in (("embeddings", embeddings), ("start", start), ("transition", transition)):
+            object.__setattr__(self, name, value)
+
     @property
     def V(self) -> int:
         return self.embeddings.shape[0]
@@ -89,7 +155,8 @@ class Language:
         Sequence i is drawn from its own T uniform numbers (inverse CDF), so the first n sequences sampled with
         a seed are the same for every larger n."""
         n, T = positive_int(n, "n"), positive_int(T, "T")
-        u = torch.rand(n, T, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64)
+        _memory(float(n) * T * (self.d + 3), "n and T (n sequences of T tokens in R^d)")
+        u = torch.rand(n, T, generator=torch.Generator().manual_seed(_seed(seed)), dtype=torch.float64)
         ids = torch.empty(n, T, dtype=torch.int64)
         for t in range(T):
             cdf = (self.start.expand(n, -1) if t == 0 else self.transition[ids[:, t - 1]]).cumsum(1)
@@ -107,7 +174,8 @@ def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Lan
     if successors > V:
         raise ValueError(f"successors must be at most V={V} (each token has that many possible next tokens), "
                          f"got {successors}")
-    gen = torch.Generator().manual_seed(int(seed))
+    _memory(4.0 * V * (V + d), "V and d (the V x V transition matrix and V embeddings in R^d)")
+    gen = torch.Generator().manual_seed(_seed(seed))
     nxt = torch.rand(V, V, generator=gen).argsort(dim=1)[:, :successors]  # a random subset per token
     weights = -torch.log(torch.rand(V, successors, generator=gen, dtype=torch.float64))  # Dirichlet(1)
     transition = torch.zeros(V, V, dtype=torch.float64).scatter_(1, nxt, weights / weights.sum(1, keepdim=True))
@@ -119,9 +187,18 @@ def next_token_problems(n: int, T: int, d: int, *, V: int = 20, successors: int 
     """One next-token problem per seed s: n sequences of T tokens sampled from `synthetic_language(V, d,
     seed=s)` (with sampling seed s), as one batch. Returns (SequenceProblem (len(seeds), n, T, d), token ids
     (len(seeds), n, T))."""
-    seeds = list(seeds)
+    if (isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__")
+            or (isinstance(seeds, (np.ndarray, torch.Tensor)) and seeds.ndim != 1)):
+        raise TypeError(f"seeds must be a list of integer seeds (one problem per seed), got {seeds!r}")
+    seeds = list(itertools.islice(seeds.tolist() if hasattr(seeds, "tolist") else seeds, 10**6 + 1))
+    budget(len(seeds), "seeds", 10**6, "problems")
+    seeds = [_seed(s, f"seeds[{k}]") for k, s in enumerate(seeds)]
     if not seeds:
         raise ValueError("seeds must hold at least one seed (one problem per seed)")
+    n, T, d = positive_int(n, "n"), positive_int(T, "T"), positive_int(d, "d")
+    if T < 2:
+        raise ValueError(f"T must be an integer >= 2 (a next token to predict), got {T}")
+    _memory(3.0 * len(seeds) * n * T * d, "seeds, n, T and d (len(seeds) problems of n sequences of T tokens in R^d)")
     samples = [synthetic_language(V, d, seed=s, successors=successors).sample(n, T, seed=s) for s in seeds]
     ids, X = (torch.stack(part) for part in zip(*samples))
     return next_token_problem(X), ids
@@ -141,13 +218,17 @@ class SequenceProblem(Sequences):
     causal: bool
 
     def __init__(self, X, V, *, causal: bool = True, device=None):
+        device = _device(device)
         X = as_tensor(X, "X", device=device)
         if X.ndim < 3:
             raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {tuple(X.shape)}")
+        if 0 in X.shape:
+            raise ValueError(f"X must hold n >= 1 sequences of T >= 1 tokens in R^d, d >= 1, and no empty batch "
+                             f"dimension (the loss is a mean over the sequences), got shape {tuple(X.shape)}")
         V = as_tensor(V, "V", device=device)
         if V.ndim != X.ndim or V.shape[:-2] != X.shape[:-2] or V.shape[-1] != X.shape[-1]:
             raise ValueError(f"V must have shape {tuple(X.shape[:-2])} + (K, {X.shape[-1]}) (one head per query "
-                             f"position k < K), got {tuple(V.shape)}")
+                             f"position k < K, for X of shape {tuple(X.shape)}), got {tuple(V.shape)}")
         if V.shape[-2] < 1 or V.shape[-2] > X.shape[-2]:
             raise ValueError(f"V must hold between 1 and T={X.shape[-2]} heads per sequence (queries are the first "
                              f"K tokens), got K={V.shape[-2]}")
@@ -155,6 +236,10 @@ class SequenceProblem(Sequences):
             raise TypeError(f"causal must be True (prefix attention) or False (sequence-to-sequence), got {causal!r}")
         for name, value in (("X", X), ("V", V), ("causal", causal)):
             object.__setattr__(self, name, value)
+        with torch.no_grad():
+            finite = torch.isfinite(_values(self)).all()
+        if not finite:
+            raise ValueError("X and V are too large: their token scores v_ik^T x_it overflow float64; scale them down")
 
     @property
     def K(self) -> int:
@@ -172,9 +257,22 @@ class SequenceProblem(Sequences):
         return self.X[..., : self.K, :]
 
     def __getitem__(self, index) -> "SequenceProblem":
+        """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""
         if not self.batch_shape:
             raise IndexError("this SequenceProblem has no batch dimension to index")
-        return SequenceProblem(self.X[index], self.V[index], causal=self.causal)
+        try:  # the index must address the batch dimensions only, never n, T or d
+            if isinstance(index, (str, bytes)):
+                raise TypeError("a string is not an index")
+            index = torch.as_tensor(index) if isinstance(index, list) else index
+            selected = torch.empty(self.batch_shape, dtype=torch.bool)[index]
+        except (IndexError, TypeError, ValueError, RuntimeError) as err:
+            raise IndexError(f"index {index!r} does not select problems of the batch shape {self.batch_shape}: "
+                             f"index the batch dimensions only, e.g. problem[0] or problem[:2] ({err})") from None
+        if selected.numel() == 0:
+            raise IndexError(f"index {index!r} selects no problem of the batch shape {self.batch_shape}")
+        index = index if isinstance(index, tuple) else (index,)
+        rest = (slice(None),) * 3
+        return SequenceProblem(self.X[index + rest], self.V[index + rest], causal=self.causal)
 
     def __repr__(self) -> str:
         batch = f"batch={self.batch_shape}, " if self.batch_shape else ""
@@ -197,8 +295,13 @@ def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = Non
     """The papers' random instance with every token a query: unit-norm Gaussian tokens X (n, T, d) and heads
     V (n, T, d), one per query (K = T); with `batch=B`, B independent problems from one seeded generator."""
     n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
+    if T < 2:
+        raise ValueError(f"T must be an integer >= 2 (attention selects a token against the others; with T={T} "
+                         f"there is no other token), got {T}")
     shape = () if batch is None else (positive_int(batch, "batch"),)
-    gen = torch.Generator().manual_seed(int(seed))
+    causal = boolean(causal, "causal")
+    _memory(4.0 * np.prod(shape, dtype=float) * n * T * d, "n, T, d and batch (the tokens X and heads V)")
+    gen = torch.Generator().manual_seed(_seed(seed))
     X = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
     V = unit_rows(torch.randn(shape + (n, T, d), generator=gen, dtype=torch.float64))
     return SequenceProblem(X, V, causal=causal)
@@ -206,6 +309,7 @@ def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = Non
 
 def candidates(problem: SequenceProblem) -> torch.Tensor:
     """Boolean (K, T): whether query k may attend to token t (t <= k if causal, every t otherwise)."""
+    _problem(problem)
     k = torch.arange(problem.K, device=problem.X.device)[:, None]
     t = torch.arange(problem.T, device=problem.X.device)[None, :]
     return t <= k if problem.causal else torch.ones(problem.K, problem.T, dtype=torch.bool, device=problem.X.device)
@@ -218,6 +322,7 @@ def _values(problem: SequenceProblem) -> torch.Tensor:
 
 def scores(problem: SequenceProblem) -> torch.Tensor:
     """Token scores gamma_ikt = v_ik^T x_it, shape (..., n, K, T), -inf where t is not a candidate of query k."""
+    _problem(problem)
     return _values(problem).masked_fill(~candidates(problem), -torch.inf)
 
 
@@ -239,8 +344,11 @@ def optimal_tokens(problem: SequenceProblem) -> torch.Tensor:
 
 def _selection(problem: SequenceProblem, alpha) -> torch.Tensor:
     """alpha as a checked int64 tensor (..., n, K) of candidate tokens (default: the optimal tokens)."""
+    _problem(problem)
     if alpha is None:
         return optimal_tokens(problem)
+    if torch.is_tensor(alpha) and alpha.device.type != "cpu":
+        raise ValueError(f"alpha is on the device {alpha.device.type!r}: attnsvm computes on the CPU, pass alpha.cpu()")
     shape = problem.batch_shape + (problem.n, problem.K)
     alpha = torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
     if problem.causal and (alpha > torch.arange(problem.K, device=alpha.device)).any():
@@ -274,7 +382,14 @@ def _raw_logits(problem: SequenceProblem, W: torch.Tensor) -> torch.Tensor:
 
 def logits(problem: SequenceProblem, W) -> torch.Tensor:
     """Attention logits x_it^T W x_ik, shape (..., n, K, T), -inf where t is not a candidate of query k."""
-    return _raw_logits(problem, weights(problem, W)).masked_fill(~candidates(problem), -torch.inf)
+    return _checked_logits(problem, W).masked_fill(~candidates(problem), -torch.inf)
+
+
+def _checked_logits(problem: SequenceProblem, W, name: str = "W") -> torch.Tensor:
+    """`_raw_logits` of a checked problem and W (called `name` by the caller), refused where they overflow."""
+    raw = _raw_logits(_problem(problem), _weights(problem, W, name))
+    return finite_result(raw, "the attention logits x_it^T W x_ik",
+                         f"{name} or the problem's tokens are too large (scale them down)")
 
 
 def attention(problem: SequenceProblem, W) -> torch.Tensor:
@@ -284,13 +399,19 @@ def attention(problem: SequenceProblem, W) -> torch.Tensor:
 
 def outputs(problem: SequenceProblem, W) -> torch.Tensor:
     """f_ik = sum_t s_ikt gamma_ikt = v_ik^T X_i^T s_ik, shape (..., n, K)."""
-    return (attention(problem, W) * _values(problem)).sum(-1)
+    return finite_result((attention(problem, W) * _values(problem)).sum(-1), "the attention outputs f_ik",
+                         "the problem's token scores are too large (scale X or V down)")
+
+
+def _loss_kind(kind) -> str:
+    return _option(kind, "loss kind", tuple(LOSSES))
 
 
 def loss(problem: SequenceProblem, W, kind: str = "logistic") -> torch.Tensor:
     """The risk (1/(n K)) sum_{i,k} l(f_ik) (labels +1), shape (...,)."""
-    choice(kind, "loss", tuple(LOSSES))
-    return LOSSES[kind].value(outputs(problem, W)).mean((-2, -1))
+    _loss_kind(kind)
+    return finite_result(LOSSES[kind].value(outputs(problem, W)).mean((-2, -1)), "the loss",
+                         f"the {kind} loss of the outputs overflows (scale W or the problem's tokens down)")
 
 
 _risk = loss  # `gd` takes a `loss` argument (the loss's name), as `train.gd` does
@@ -333,7 +454,7 @@ class _Plan:
                                   torch.full(batch, -torch.inf, dtype=torch.float64),
                                   torch.zeros(batch + (n, K, T), dtype=torch.float64, device=problem.X.device))
         raw = _raw_logits(problem, W)[..., self.first:, None, :].masked_fill(self.excluded, -torch.inf)
-        grad = logit_gradient(self.one, raw, kind, values=self.values)
+        grad = gradients._logit_gradient(self.one, raw, kind, None, self.values)  # unchecked: per step
         top = grad.log_scale.amax((-2, -1))  # M: the largest log scale of a query, (...,)
         direction = torch.exp(grad.log_scale - top[..., None, None])[..., None] * grad.direction[..., 0, :]
         direction = torch.nn.functional.pad(direction, (0, 0, self.first, 0))  # (..., n, K, T), 0 for query 0
@@ -353,15 +474,29 @@ def weight_gradient(problem: SequenceProblem, W, kind: str = "logistic") -> Weig
     log space, sum_q exp(log_scale_q - M) direction_q with M the largest log scale, so that no query's
     contribution underflows before the sum: dL/dW = exp(M) / (n K) * sum_ikt g_ikt x_it x_ik^T.
     """
-    choice(kind, "loss", tuple(LOSSES))
-    W = weights(problem, W)
-    return _Plan(problem, W.shape[:-2]).gradient(W, kind)
+    _loss_kind(kind)
+    W = _weights(_problem(problem), W)
+    batch = torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
+    _memory(16.0 * np.prod(batch, dtype=float) * problem.n * problem.K * (problem.T + problem.d),
+            "problem and W (the gradient's terms of every query)")
+    _checked_logits(problem, W)
+    return _checked_gradient(_Plan(problem, W.shape[:-2]).gradient(W, kind), "W or the problem's tokens")
+
+
+def _checked_gradient(grad: WeightGradient, blame: str) -> WeightGradient:
+    """`grad` if its parts are finite (log_scale may be -inf: a gradient exactly 0), else a FloatingPointError."""
+    for name in ("direction", "logit_direction"):
+        finite_result(getattr(grad, name), f"the gradient's {name}", f"{blame} are too large (scale them down)")
+    if (torch.isnan(grad.log_scale) | (grad.log_scale == torch.inf)).any():
+        raise FloatingPointError(f"the gradient's log_scale is NaN or +inf: {blame} are too large (scale them down)")
+    return grad
 
 
 def loss_gradient(problem: SequenceProblem, W, kind: str = "logistic") -> torch.Tensor:
     """dL/dW (..., d, d); it underflows to 0 only where the true gradient is below the smallest float64."""
     grad = weight_gradient(problem, W, kind)
-    return torch.exp(grad.log_scale)[..., None, None] * grad.direction
+    return finite_result(torch.exp(grad.log_scale)[..., None, None] * grad.direction, "dL/dW",
+                         "it exceeds float64 (use weight_gradient, which returns it as exp(log_scale) * direction)")
 
 
 def _unit(G: torch.Tensor) -> torch.Tensor:
@@ -379,28 +514,46 @@ def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = Tr
 
     init: "uniform" (torch.nn.Linear's default, seeded by `seed`), "zeros", or an initial W (d, d) or (..., d, d).
     Records W, the attention probabilities (..., n, K, T) and the loss at steps 0, record_every, ..., `steps`.
+    Refuses more than MAX_STEPS steps or MAX_RECORDS records; raises FloatingPointError if W overflows (lower lr).
     """
-    choice(loss, "loss", tuple(LOSSES))
-    steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
+    _problem(problem)
+    _option(loss, "loss", tuple(LOSSES))
+    steps, lr = positive_int(steps, "steps", minimum=0), _positive(lr, "lr")
     record_every = positive_int(record_every, "record_every")
+    normalized, seed = boolean(normalized, "normalized"), _seed(seed)
+    budget(steps, "steps", MAX_STEPS, "gradient steps")
+    budget(steps // record_every + 2, "steps / record_every", MAX_RECORDS, "recorded iterates")
+    size = np.prod(problem.batch_shape, dtype=float)
+    _memory(size * ((steps // record_every + 2) * (problem.d ** 2 + problem.n * problem.K * problem.T + 1)
+                    + 16.0 * problem.n * problem.K * (problem.T + problem.d)),
+            "steps / record_every (the recorded iterates W and attention probabilities)")
     shape = problem.batch_shape + (problem.d, problem.d)
     if isinstance(init, str):
-        choice(init, "init", ("uniform", "zeros"))
+        _option(init, "init", ("uniform", "zeros"))
         W = uniform_init(shape, seed) if init == "uniform" else torch.zeros(shape, dtype=torch.float64)
     else:
-        W = as_tensor(init, "init", device=problem.X.device)
+        W = as_tensor(init, "init", device=problem.X.device).detach()
         if tuple(W.shape) == shape[-2:]:
             W = W.expand(shape)
         require_shape(W, "init", shape, "an initial W for every problem")
     W = W.to(problem.X.device).clone()
+    _checked_logits(problem, W, "init")
     recorded = sorted(set(range(0, steps + 1, record_every)) | {steps})
     plan, rows = _Plan(problem, problem.batch_shape), []
     for k in range(steps + 1):
-        if k == recorded[len(rows)]:
-            rows.append((W, attention(problem, W), _risk(problem, W, loss)))
-        if k == steps:
-            break
-        grad = plan.gradient(W, loss)
+        try:
+            if not torch.isfinite(W).all():
+                raise FloatingPointError("W overflowed float64")
+            if k == recorded[len(rows)]:
+                rows.append((W, attention(problem, W), _risk(problem, W, loss)))
+            if k == steps:
+                break
+            try:  # a non-finite gradient makes W non-finite, which the next step reports
+                grad = plan.gradient(W, loss)
+            except ValueError as err:  # the arguments are checked: only overflowing logits get here
+                raise FloatingPointError(str(err)) from err
+        except FloatingPointError as err:
+            raise FloatingPointError(f"gd diverged at step {k} ({err}): lower lr (got {lr!r})") from err
         step = _unit(grad.direction) if normalized else torch.exp(grad.log_scale)[..., None, None] * grad.direction
         W = W - lr * step
     W_rec, probs, risk = (torch.stack(column) for column in zip(*rows))
@@ -413,9 +566,11 @@ def margins(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
     """(x_{i alpha_ik} - x_it)^T W x_ik for the constraint pairs of `separation_mask`, NaN elsewhere:
     shape (..., n, K, T) (default alpha: the optimal tokens)."""
     alpha = _selection(problem, alpha)
-    raw = _raw_logits(problem, weights(problem, W))
+    raw = _checked_logits(problem, W)
     gaps = raw.gather(-1, alpha[..., None].expand(raw.shape[:-1] + (1,))) - raw
-    return gaps.masked_fill(~separation_mask(problem, alpha), torch.nan).cpu().numpy()
+    mask = separation_mask(problem, alpha).expand(gaps.shape)
+    finite_result(gaps.detach()[mask], "the margins", "W or the problem's tokens are too large (scale them down)")
+    return _no_grad_numpy(gaps.masked_fill(~mask, torch.nan))
 
 
 @dataclass(frozen=True)
@@ -446,7 +601,7 @@ class _Constraints:
 def _constraints(problem: SequenceProblem, alpha: torch.Tensor):
     """One `_Constraints` per problem of the batch (flattened), and the batch shape."""
     where = separation_mask(problem, alpha).cpu().numpy()
-    X, alpha_np = problem.X.cpu().numpy(), alpha.cpu().numpy()
+    X, alpha_np = _no_grad_numpy(problem.X), alpha.cpu().numpy()
     n, K, T, d = problem.n, problem.K, problem.T, problem.d
     X = X.reshape(-1, n, T, d)
     where, alpha_np = where.reshape(-1, n, K, T), alpha_np.reshape(-1, n, K)
@@ -455,6 +610,68 @@ def _constraints(problem: SequenceProblem, alpha: torch.Tensor):
         i, k, t = np.nonzero(mask)
         out.append(_Constraints(Xb[i, ab[i, k]] - Xb[i, t], Xb[i, k], mask))
     return out, problem.batch_shape
+
+
+def _svm_selection(problem: SequenceProblem, alpha, solver: str) -> torch.Tensor:
+    """alpha checked (`_selection`) for a problem whose Att-SVM can be solved here: T >= 2, tokens whose constraint
+    Gram matrix (products of four token entries) fits float64, and a dense constraint system of at most MAX_BYTES
+    (`solver`: a key of SOLVER_FLOATS, the solver's peak memory in floats per squared constraint count)."""
+    alpha = _selection(problem, alpha)
+    if problem.T < 2:
+        raise ValueError("problem has T = 1 token per sequence: the Att-SVM separates each query's selected token "
+                         "from its other candidates, and there are none; pass sequences of T >= 2 tokens")
+    scale = float(problem.X.detach().abs().max())
+    if scale > 0 and np.log10(4.0) + 4 * np.log10(scale) + 2 * np.log10(problem.d) > 290:
+        raise ValueError(f"problem's tokens have entries up to {scale:.3g}: the Att-SVM's constraint Gram matrix holds "
+                         f"products of four token entries, which overflow float64; rescale the tokens (the SVM of "
+                         f"c X is the SVM of X divided by c^2)")
+    m = int(separation_mask(problem, alpha).sum((-3, -2, -1)).max())
+    label = f"problem (n={problem.n}, T={problem.T}, K={problem.K}: {m} separation constraints in one instance)"
+    budget(SOLVER_FLOATS[solver] * 8.0 * m * m, label, MAX_BYTES,
+           f"bytes for its dense constraint system (about {SOLVER_FLOATS[solver]} m^2 floats for m constraints; use "
+           f"fewer or shorter sequences)")
+    return alpha
+
+
+def _check_solution(rows: _Constraints, W: np.ndarray, lam: np.ndarray, C, objective: str, slack: str,
+                    where: str) -> None:
+    """Raise svm.SolverError unless (W, lam) is optimal to GAP_TOL: the relative gap between the primal objective
+    of W and the dual objective of lam (weak duality makes it >= 0; it is 0 exactly at the optimum). Paper C's
+    form (objective="norm") is only checked to beat W = 0: its cone program's multipliers certify its W loosely
+    (relative gaps up to 1e-2 at C = 1e4 on valid problems, with W accurate to 1e-5)."""
+    if not (np.isfinite(W).all() and np.isfinite(lam).all()):
+        raise svm.SolverError(f"the causal Att-SVM solver returned a non-finite solution{where}: the problem is "
+                              f"badly scaled, rescale its tokens to entries near 1")
+    if len(rows.deltas) == 0:
+        return
+    mu, combined = rows.margins(W), rows.combine(lam)
+    if C is None:
+        kind, primal, dual = "hard", 0.5 * (W ** 2).sum(), lam.sum() - 0.5 * (combined ** 2).sum()
+    else:
+        groups = _groups(rows, slack)
+        xi = np.zeros(int(groups.max()) + 1)
+        np.maximum.at(xi, groups, np.maximum(0.0, 1.0 - mu))
+        if objective == "norm":
+            if not np.linalg.norm(W) + C * xi.sum() <= C * len(xi) * (1 + 1e-9):
+                raise svm.SolverError(f"the causal soft-margin Att-SVM solution{where} is worse than W = 0: the "
+                                      f"problem is badly scaled; rescale its tokens to entries near 1 or choose "
+                                      f"C={C:g} nearer 1")
+            return
+        kind, primal, dual = "soft", 0.5 * (W ** 2).sum() + C * xi.sum(), lam.sum() - 0.5 * (combined ** 2).sum()
+    gap = abs(primal - dual) / max(abs(primal), 1e-300)
+    if not gap <= GAP_TOL[kind]:
+        scale = float(np.abs(rows.queries).max())
+        hint = "" if C is None else f" or C={C:g} nearer 1"
+        raise svm.SolverError(f"the causal {kind}-margin Att-SVM solution is not optimal to tolerance (relative "
+                              f"duality gap {gap:.2g} > {GAP_TOL[kind]:g}){where}: the problem is badly scaled "
+                              f"(query token entries up to {scale:.3g}); rescale its tokens to entries near 1 (the SVM "
+                              f"of c X is the SVM of X divided by c^2){hint}")
+
+
+def _clarabel_failure(status, what: str, C: float) -> svm.SolverError:
+    return svm.SolverError(f"Clarabel stopped with status {status} on {what}: with C={C:g} far from 1, or the "
+                           f"problem's tokens far from size 1, the program is badly scaled (choose C nearer 1 or "
+                           f"rescale the tokens)")
 
 
 def _factor(G: np.ndarray) -> np.ndarray:
@@ -493,7 +710,7 @@ def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
                                     settings)
     solution = solver.solve()
     if str(solution.status) not in ("Solved", "AlmostSolved"):
-        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on the soft-margin dual")
+        raise _clarabel_failure(solution.status, "the soft-margin dual", C)
     lam = np.clip(np.asarray(solution.x), 0.0, C)
     return _polish_box(G, C, lam)
 
@@ -543,7 +760,7 @@ def _norm_objective(rows: _Constraints, C: float):
                                     [clarabel.NonnegativeConeT(2 * m), clarabel.SecondOrderConeT(1 + m)], settings)
     solution = solver.solve()
     if str(solution.status) not in ("Solved", "AlmostSolved"):
-        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on paper C's soft-margin SVM")
+        raise _clarabel_failure(solution.status, "paper C's soft-margin SVM", C)
     lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)  # the multipliers of B y + xi >= 1
     norm = np.linalg.norm(np.asarray(solution.x)[:m])
     W = norm * rows.combine(lam)
@@ -601,7 +818,7 @@ def _token_slack(rows: _Constraints, C: float, objective: str):
     solver = clarabel.DefaultSolver(quadratic, q, sparse.vstack(blocks).tocsc(), np.concatenate(b), cones, settings)
     solution = solver.solve()
     if str(solution.status) not in ("Solved", "AlmostSolved"):
-        raise svm.SolverError(f"Clarabel stopped with status {solution.status} on the per-token soft-margin SVM")
+        raise _clarabel_failure(solution.status, "the per-token soft-margin SVM", C)
     lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)
     W = rows.combine(lam)
     if norm:
@@ -626,16 +843,21 @@ def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, obj
     return_multipliers: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
     ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
     with sum of lam over the constraints of each (i, t) at most C (slack="token").
+    Refused before any work (ValueError): T = 1, tokens whose constraint Gram matrix overflows float64, or a dense
+    constraint system above MAX_BYTES. Raises svm.SolverError if the solution's relative duality gap exceeds
+    GAP_TOL (a badly scaled problem or C).
     """
-    choice(objective, "objective", OBJECTIVES)
-    choice(slack, "slack", SLACKS)
+    _option(objective, "objective", OBJECTIVES)
+    _option(slack, "slack", SLACKS)
+    return_multipliers = boolean(return_multipliers, "return_multipliers")
     if C is not None:
-        C = positive_float(C, "C")
+        C = _positive(C, "C")
     elif objective != "squared":
         raise ValueError('objective="norm" is paper C\'s soft-margin form: pass C with it')
     elif slack != "constraint":
         raise ValueError('slack="token" is a soft-margin option: pass C with it')
-    alpha = _selection(problem, alpha)
+    solver = "hard" if C is None else "token" if slack == "token" else objective
+    alpha = _svm_selection(problem, alpha, solver)
     instances, batch = _constraints(problem, alpha)
     solutions = []
     for rows in instances:
@@ -656,7 +878,11 @@ def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, obj
         raise svm.InfeasibleSVM(
             f"the causal Att-SVM is infeasible{where}: no W separates every query's selected token from its other "
             f"candidates (typically the same query token must prefer a over b in one prefix and b over a in "
-            f"another; `preference_cycle` finds such a conflict). Pass C for the soft-margin SVM.", infeasible)
+            f"another; `preference_cycle` finds such a conflict). Pass C for the soft-margin SVM. (Numerically, "
+            f"infeasible also means that every separating W has ||W||_F > {svm.MAX_NORM:g}, as for tiny tokens: "
+            f"rescale them to entries near 1.)", infeasible)
+    for b, (rows, (w, l)) in enumerate(zip(instances, solutions)):
+        _check_solution(rows, w, l, C, objective, slack, f" for batch instance {b}" if batch else "")
     W = np.stack([w for w, _ in solutions]).reshape(batch + (problem.d, problem.d))
     if not return_multipliers:
         return W
@@ -666,7 +892,7 @@ def att_svm(problem: SequenceProblem, alpha=None, *, C: float | None = None, obj
 
 def feasible(problem: SequenceProblem, alpha=None) -> np.ndarray:
     """Whether the hard-margin causal Att-SVM exists for alpha (default: the optimal tokens): bool (...,)."""
-    instances, batch = _constraints(problem, _selection(problem, alpha))
+    instances, batch = _constraints(problem, _svm_selection(problem, alpha, "hard"))
     flags = [len(rows.deltas) == 0 or svm._least_distance(_factor(rows.gram())) is not None for rows in instances]
     return np.array(flags, dtype=bool).reshape(batch)
 
@@ -681,8 +907,8 @@ def penalty_threshold(problem: SequenceProblem, alpha=None, *, slack: str = "con
     constraints on the margin are linearly dependent (otherwise lam is unique); it is a linear program (HiGHS).
     Raises svm.InfeasibleSVM where the hard-margin SVM does not exist.
     """
-    choice(slack, "slack", SLACKS)
-    alpha = _selection(problem, alpha)
+    _option(slack, "slack", SLACKS)
+    alpha = _svm_selection(problem, alpha, "threshold")
     W_mm, lam0 = att_svm(problem, alpha, return_multipliers=True)
     instances, batch = _constraints(problem, alpha)
     W_flat, lam_flat = W_mm.reshape((-1,) + W_mm.shape[-2:]), lam0.reshape((-1,) + lam0.shape[-3:])
@@ -708,9 +934,11 @@ def penalty_threshold(problem: SequenceProblem, alpha=None, *, slack: str = "con
                          A_eq=np.hstack([B.T, np.zeros((B.shape[1], 1))]), b_eq=B.T @ lam, bounds=bounds,
                          method="highs")
         if result.status != 0:
-            raise svm.SolverError(f"HiGHS stopped on the exact-penalty threshold: {result.message}")
+            raise svm.SolverError(f"HiGHS stopped on the exact-penalty threshold: {result.message} (if the problem's "
+                                  f"tokens are far from size 1, rescale them)")
         out.append(result.x[-1] / np.linalg.norm(W))
-    return np.array(out).reshape(batch)
+    return finite_result(np.array(out).reshape(batch), "the exact-penalty threshold",
+                         "the problem is badly scaled (rescale its tokens to entries near 1)")
 
 
 def violations(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
@@ -723,7 +951,8 @@ def total_slack(problem: SequenceProblem, W, alpha=None) -> np.ndarray:
     """sum_c max(0, 1 - mu_c(W)) over the separation constraints c: the least total slack W needs with one slack
     per constraint, shape (...,). Paper C's objective of W (slack="constraint") is ||W||_F + C total_slack."""
     gaps = margins(problem, W, alpha)
-    return np.nansum(np.maximum(0.0, 1.0 - gaps), axis=(-3, -2, -1))
+    return finite_result(np.nansum(np.maximum(0.0, 1.0 - gaps), axis=(-3, -2, -1)), "the total slack",
+                         "W or the problem's tokens are too large (scale them down)")
 
 
 def combine(problem: SequenceProblem, lam, alpha=None) -> np.ndarray:
@@ -737,11 +966,12 @@ def combine(problem: SequenceProblem, lam, alpha=None) -> np.ndarray:
     shape = problem.batch_shape + (problem.n, problem.K, problem.T)
     lam = as_tensor(lam, "lam", device=problem.X.device)
     require_shape(lam, "lam", shape, "one multiplier per (sequence, query, token)")
+    _memory(2.0 * np.prod(shape, dtype=float) * problem.d, "problem (its constraint rows, (..., n, K, T, d))")
     lam = lam.masked_fill(~separation_mask(problem, alpha), 0.0)
     chosen = torch.gather(problem.X, -2, alpha[..., None].expand(alpha.shape + (problem.d,)))  # (..., n, K, d)
     deltas = chosen[..., :, None, :] - problem.X[..., None, :, :]  # (..., n, K, T, d)
     W = torch.einsum("...nkt,...nktd,...nke->...de", lam, deltas, problem.queries)
-    return W.cpu().numpy()
+    return finite_result(_no_grad_numpy(W), "sum_c lam_c A_c", "lam or the problem's tokens are too large")
 
 
 def selects_optimal(problem: SequenceProblem, alpha) -> torch.Tensor:
@@ -798,6 +1028,23 @@ def _graphs(edges) -> dict:
     return graphs
 
 
+def _graph_selection(problem: SequenceProblem, alpha) -> torch.Tensor:
+    """alpha checked (`_selection`), for a problem whose constraints fit the graph searches' Python lists."""
+    alpha = _selection(problem, alpha)
+    budget(float(separation_mask(problem, alpha).sum()), "problem", 10**7,
+           "separation constraints (one Python tuple each in the preference graphs; use fewer or shorter sequences)")
+    return alpha
+
+
+def _graph_budget(graphs) -> None:
+    """Refuse preference graphs whose searches (a breadth-first search per edge) would run for hours."""
+    work = 0.0
+    for graph in graphs:
+        edges = sum(len(targets) for targets in graph.values())
+        work += edges * (edges + len(graph))
+    budget(work, "problem", MAX_GRAPH_STEPS, "preference-graph search steps (use fewer or shorter sequences)")
+
+
 def _reachable(graph: dict, start) -> set:
     """The nodes reachable from `start` along the edges of `graph` (start included)."""
     seen, stack = {start}, [start]
@@ -822,10 +1069,13 @@ def preference_cycle(problem: SequenceProblem, alpha=None):
     Returns the constraints along the shortest cycle found, as a list of (i, k, t) index triples (each: query k of
     sequence i prefers its selected token to token t), or None when every preference graph is acyclic.
     """
+    alpha = _graph_selection(problem, alpha)
     if problem.batch_shape:
         raise ValueError("preference_cycle takes one problem: index the batch first, e.g. problem[0]")
+    graphs = _graphs(_preference_edges(problem, alpha))
+    _graph_budget(graphs.values())
     best = None
-    for graph in _graphs(_preference_edges(problem, _selection(problem, alpha))).values():
+    for graph in graphs.values():
         cycle = _shortest_cycle(graph)
         if cycle is not None and (best is None or len(cycle) < len(best[1])):
             best = graph, cycle
@@ -845,7 +1095,7 @@ def conflicts(problem: SequenceProblem, alpha=None) -> np.ndarray:
     for each query token a on its own, and p^T W x_a for each token p: order the strongly connected components
     of each graph). So the hard-margin SVM is then feasible exactly when no constraint is in conflict.
     """
-    alpha = _selection(problem, alpha)
+    alpha = _graph_selection(problem, alpha)
     flat = SequenceProblem(problem.X.reshape((-1,) + problem.X.shape[-3:]),
                            problem.V.reshape((-1,) + problem.V.shape[-3:]), causal=problem.causal)
     alpha = alpha.reshape((-1,) + alpha.shape[-2:])
@@ -853,6 +1103,7 @@ def conflicts(problem: SequenceProblem, alpha=None) -> np.ndarray:
     for b in range(len(alpha)):
         edges = _preference_edges(flat[b], alpha[b])
         graphs, reach = _graphs(edges), {}
+        _graph_budget(graphs.values())
         for i, k, t, a, p, q in edges:
             if (a, q) not in reach:
                 reach[a, q] = _reachable(graphs[a], q)
@@ -875,7 +1126,8 @@ def max_positive_margins(problem: SequenceProblem, alpha=None, *, return_W: bool
     distinct tokens are linearly independent these equations hold exactly and W attains the count; otherwise
     it may attain fewer.
     """
-    alpha = _selection(problem, alpha)
+    return_W = boolean(return_W, "return_W")
+    alpha = _graph_selection(problem, alpha)
     flat = SequenceProblem(problem.X.reshape((-1,) + problem.X.shape[-3:]),
                            problem.V.reshape((-1,) + problem.V.shape[-3:]), causal=problem.causal)
     alpha = alpha.reshape((-1,) + alpha.shape[-2:])
@@ -885,10 +1137,11 @@ def max_positive_margins(problem: SequenceProblem, alpha=None, *, return_W: bool
         for *_, a, p, q in _preference_edges(flat[b], alpha[b]):
             weights.setdefault(a, {}).setdefault((p, q), 0)
             weights[a][p, q] += 1
+        _graph_budget(_as_graph(edges) for edges in weights.values())
         best = {a: _best_order(edges) for a, edges in weights.items()}
         counts.append(sum(count for count, _ in best.values()))
         if return_W:
-            tokens = torch.unique(flat[b].X.reshape(-1, problem.d), dim=0).cpu().numpy()  # ids as in the edges
+            tokens = _no_grad_numpy(torch.unique(flat[b].X.reshape(-1, problem.d), dim=0))  # ids as in the edges
             queries = sorted(best)
             phi = np.zeros((len(tokens), len(queries)))  # phi[p, j] = p^T W x_(queries[j])
             for j, a in enumerate(queries):
@@ -900,14 +1153,21 @@ def max_positive_margins(problem: SequenceProblem, alpha=None, *, return_W: bool
     counts = np.array(counts, dtype=np.int64).reshape(problem.batch_shape)
     if not return_W:
         return counts
-    return counts, np.stack(witnesses).reshape(problem.batch_shape + (problem.d, problem.d))
+    witness = np.stack(witnesses).reshape(problem.batch_shape + (problem.d, problem.d))
+    return counts, finite_result(witness, "the witness W", "the problem's tokens are too small (rescale them)")
+
+
+def _as_graph(edges: dict) -> dict:
+    """{p: {q: True}} for the edges (p, q) of `edges`."""
+    graph = {}
+    for p, q in edges:
+        graph.setdefault(p, {})[q] = True
+    return graph
 
 
 def _best_order(edges: dict):
     """(max over orders of the nodes of the total weight of the edges (p, q) with p before q, one best order)."""
-    graph = {}
-    for p, q in edges:
-        graph.setdefault(p, {})[q] = True
+    graph = _as_graph(edges)
     nodes = {x for edge in edges for x in edge}
     reach = {x: _reachable(graph, x) for x in nodes}
     component = {x: frozenset(y for y in reach[x] if x in reach[y]) for x in nodes}
@@ -918,7 +1178,7 @@ def _best_order(edges: dict):
             inside[members] = list(members)
             continue
         if len(members) > 16:
-            raise ValueError(f"a preference conflict among {len(members)} tokens is too large for the exact "
+            raise ValueError(f"problem has a preference conflict among {len(members)} tokens, too large for the exact "
                              f"count (at most 16): use fewer sequences or a larger vocabulary")
         names = sorted(members)
         index = {x: j for j, x in enumerate(names)}
@@ -951,3 +1211,8 @@ def _best_order(edges: dict):
                 order.extend(inside[c])
                 break
     return total, order
+
+
+def _seed(value, name: str = "seed") -> int:
+    """A seed torch's generator takes."""
+    return _checked_seed(value, name, below=2**63)

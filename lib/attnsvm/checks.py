@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+MAX_BYTES = 2 * 2**30  # float64 arrays one call may allocate; a larger request is refused before the work
+
 
 def as_tensor(value, name: str, *, device=None) -> torch.Tensor:
     """Return `value` as a float64 torch tensor, rejecting non-numeric and non-finite input and tensors on another
@@ -62,11 +64,16 @@ def positive_int(value, name: str, *, minimum: int = 1) -> int:
 
 
 def positive_float(value, name: str) -> float:
-    """Return `value` as a finite float > 0, else raise a ValueError naming it."""
+    """Return `value` as a finite float > 0, else raise a ValueError naming it (strings, bools and None are not
+    numbers here, even "0.1")."""
+    if isinstance(value, (str, bytes, bool, np.bool_)) or value is None:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if torch.is_tensor(value):
+        value = value.detach()
     try:
         number = float(value)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from err
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(f"{name} must be a positive number, got {value!r:.40}") from err
     if not np.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return number
@@ -87,13 +94,29 @@ def boolean(value, name: str) -> bool:
     return bool(value)
 
 
-def seed(value, name: str = "seed") -> int:
-    """Return `value` as an int >= 0 (a random seed), else raise a TypeError/ValueError naming it."""
+def seed(value, name: str = "seed", below: int | None = None) -> int:
+    """Return `value` as an int >= 0 (a random seed), below `below` if given (torch's generator takes seeds below
+    2**63; a caller that derives seed + 1, seed + 2 asks for less), else raise a TypeError/ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer >= 0, got {value!r} ({type(value).__name__})")
     if value < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if below is not None and value >= below:
+        raise ValueError(f"{name} must be an integer in [0, {_power(below)}), got {value}")
     return int(value)
+
+
+def _power(number: int) -> str:
+    """2**k for a power of two, else the number."""
+    k = number.bit_length() - 1
+    return f"2**{k}" if number == 1 << k else str(number)
+
+
+def number(value, name: str) -> float:
+    """`positive_float`, with a TypeError for strings, bools and None (a number is expected, not its spelling)."""
+    if isinstance(value, (str, bytes, bool, np.bool_)) or value is None:
+        raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
+    return positive_float(value, name)
 
 
 def budget(count: float, name: str, limit: float, what: str) -> None:
@@ -111,3 +134,31 @@ def finite_result(tensor, what: str, fix: str):
     if not torch.isfinite(values).all():
         raise FloatingPointError(f"{what} is not finite (overflow in float64): {fix}")
     return tensor
+
+
+def memory(entries: float, name: str) -> None:
+    """Refuse, naming `name`, a request for more than MAX_BYTES of float64 entries."""
+    budget(8.0 * entries, name, MAX_BYTES, "bytes of memory")
+
+
+def option(value, name: str, options):
+    """`choice` for a string option (None where `options` holds it), refusing other types (an array would make
+    `in` ambiguous) with a TypeError naming `name`."""
+    if not (isinstance(value, str) or (value is None and None in options)):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, options))}, got {type(value).__name__}")
+    return choice(value, name, options)
+
+
+def cpu_device(device, name: str = "device"):
+    """`device` checked to be None or the CPU (attnsvm computes on the CPU): a TypeError for what is not a device,
+    a ValueError naming `name` for another device."""
+    if device is None:
+        return None
+    try:
+        checked = torch.device(device)
+    except (TypeError, RuntimeError, ValueError) as err:
+        raise TypeError(f"{name} must be None or 'cpu', got {device!r}") from err
+    if checked.type != "cpu":
+        raise ValueError(f"{name}={device!r} is not supported: attnsvm computes on the CPU, pass {name}=None or "
+                         "'cpu'")
+    return "cpu"

@@ -28,8 +28,12 @@ from llvmlite import ir
 from numba.core import cgutils, codegen, config
 
 from . import heads
+from .checks import boolean, budget, nonnegative_float, positive_float
 from .data import Problem
-from .model import LOSSES, queries, token_values
+from .gradients import GRADIENTS
+from .initial import PARAMS
+from .model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
+                    _memory_budget, _option, _token_values, _weights)
 
 # Reassociation lets sums of products vectorize; no assumption about infinities (running maxima start at -inf).
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
@@ -40,8 +44,16 @@ LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}  # logistic, expon
 HEADS = (type(None), heads.Linear, heads.ReLU)
 
 
-def supports(param: str, head, gradient: str, device: torch.device) -> str | None:
-    """None if the compiled loop runs this training, else why it does not."""
+def supports(param: str, head, gradient: str, device) -> str | None:
+    """None if the compiled loop runs this training, else why it does not. param: "W" or "KQ"; head: None or a
+    head of `attnsvm.heads`; gradient: "exact" or "autograd"; device: where the problem is (a torch.device or
+    its name)."""
+    param, gradient = _option(param, "param", PARAMS), _option(gradient, "gradient", GRADIENTS)
+    head = _checked_head(head)
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError) as err:
+        raise TypeError(f"device must be a torch.device or a device name such as 'cpu', got {device!r}") from err
     if device.type != "cpu":
         return f"it runs on the CPU only (the problem is on {device})"
     if param != "W":
@@ -373,23 +385,47 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
         _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes)
 
 
-def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, lr: float, normalized: bool, eps: float,
-       record: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gd(problem: Problem, W0, head, *, loss: str, lr: float, normalized: bool, eps: float,
+       record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(W, probs, risk) recorded at the increasing steps `record` (the last is the last step), each
-    (records, *batch, ...); arguments checked by `train.gd`."""
+    (records, *batch, ...), of gradient descent on W from W0 ((d, d) or one per problem) as `train.gd` takes it
+    (head: None, or a linear or ReLU head; eps: as `train.gd`'s)."""
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
+    batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
+    W0, head = _weights(problem, W0, "W0"), _checked_head(head, problem)
+    if torch.broadcast_shapes(W0.shape[:-2], batch) != batch:
+        raise ValueError(f"W0 must have shape ({d}, {d}) or {batch + (d, d)} (one initial W per problem), "
+                         f"got {tuple(W0.shape)}")
+    unsupported = supports("W", head, "exact", problem.X.device)
+    if unsupported:
+        raise ValueError(f"head={head!r} is not supported: {unsupported}; train it with train.gd(engine='torch')")
+    loss, lr, eps = _option(loss, "loss", tuple(LOSSES)), positive_float(lr, "lr"), nonnegative_float(eps, "eps")
+    normalized, record = boolean(normalized, "normalized"), _record(record)
+    _memory_budget(len(record) * (np.prod(batch, dtype=float) + LANES) * (d * d + n * T + 1), "record")
+    result = _gd(problem, W0, head, loss, lr, normalized, eps, record)
+    for values, what in zip(result, ("W", "the attention", "the loss")):
+        _finite(values, f"{what} in gradient descent", f"lr={lr!r} takes steps too large for this problem (or its "
+                f"tokens, {'the head or ' if head is not None else ''}W0 are too large)", "lower lr")
+    return result
+
+
+def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normalized: bool, eps: float,
+        record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`gd` without checks (for `train.gd`, which checked its arguments and checks the result)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size = int(np.prod(batch))
     padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
 
     def lanes_last(tensor, shape):
-        flat = torch.broadcast_to(tensor, batch + shape).reshape((size,) + shape).numpy()
+        flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
         return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
-    X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(queries(problem), (n, d))
+    X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     if isinstance(head, heads.ReLU):
         V = lanes_last(head.V, head.V.shape[-2:])
         U, XV = np.zeros((n, T, padded)), np.einsum("ntpb,pcb->ntcb", X, V)
     else:
-        U, XV = lanes_last(token_values(problem, None if head is None else head.v), (n, T)), np.zeros((n, T, 0, padded))
+        u = _token_values(problem, problem.v if head is None else head.v)
+        U, XV = lanes_last(u, (n, T)), np.zeros((n, T, 0, padded))
     W0 = lanes_last(W0, (d, d))
     records = len(record)
     Ws, probs, risks = np.empty((records, padded, d, d)), np.empty((records, padded, n, T)), np.empty((records, padded))
@@ -401,3 +437,24 @@ def gd(problem: Problem, W0: torch.Tensor, head, *, loss: str, lr: float, normal
         for a, values in zip((Ws, probs, risks), recorded):
             a[:, block] = values
     return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))
+
+
+def _record(record) -> np.ndarray:
+    """`record` checked to hold increasing step numbers in [0, MAX_STEPS], as an int64 array."""
+    if torch.is_tensor(record):
+        if record.device.type != "cpu":
+            raise ValueError(f"record is on the device {record.device.type!r}: pass a list of step numbers")
+        record = record.detach()
+    try:
+        steps = np.asarray(record)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"record must be a list of step numbers, got {type(record).__name__}") from err
+    if steps.dtype.kind not in "iu" or steps.ndim != 1:
+        raise TypeError(f"record must be a 1-D list of integer step numbers, got dtype {steps.dtype} and shape "
+                        f"{steps.shape}")
+    budget(steps.size, "record", MAX_RECORDS, "recorded iterates")
+    if steps.size == 0 or steps[0] < 0 or np.any(np.diff(steps) <= 0):
+        raise ValueError(f"record must hold the steps to record, increasing (sorted, without repeats) from >= 0, "
+                         f"got {record!r}")
+    budget(steps[-1], "record", MAX_STEPS, "gradient steps")
+    return steps.astype(np.int64)

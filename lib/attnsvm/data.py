@@ -6,12 +6,18 @@ X (..., n, T, d) tokens, Y (..., n) labels in {-1, +1}, Z (..., n, d) query toke
 
 from __future__ import annotations
 
-import numbers
+import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from .checks import as_tensor, positive_int, require_shape
+from . import checks
+from .checks import cpu_device as _device, memory as _memory
+from .checks import as_tensor, boolean, finite_result, nonnegative_float, positive_float, positive_int, require_shape
+
+SEED_LISTS = (list, tuple, range, np.ndarray, torch.Tensor)  # what a list of seeds may be
+MAX_WORKERS = max(64, 4 * (os.cpu_count() or 1))  # a request for more worker processes is refused
 
 
 class Sequences:
@@ -38,7 +44,12 @@ class Sequences:
 
 @dataclass(frozen=True, init=False)
 class Problem(Sequences):
-    """A (batch of) classification problem(s) for one softmax-attention layer with a linear head."""
+    """A (batch of) classification problem(s) for one softmax-attention layer with a linear head.
+
+    n >= 1 sequences of T >= 1 tokens in R^d, d >= 1. T = 1 is allowed, since the model is defined there
+    (Chapter 6 writes a causal query with a single candidate this way); what needs a token to select against the
+    others (margins' SVMs, local optimality, the experiments) raises for T < 2.
+    """
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -46,10 +57,14 @@ class Problem(Sequences):
     v: torch.Tensor
 
     def __init__(self, X, Y, Z, v, *, device=None):
+        device = _device(device)
         X = as_tensor(X, "X", device=device)
         if X.ndim < 3:
             raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {tuple(X.shape)}")
         *batch, n, T, d = X.shape
+        if min(n, T, d) < 1:
+            raise ValueError(f"X must hold n >= 1 sequences of T >= 1 tokens in R^d, d >= 1, got shape (..., n, T, d) "
+                             f"= {tuple(X.shape)}")
         batch = tuple(batch)
         Y = as_tensor(Y, "Y", device=device)
         require_shape(Y, "Y", batch + (n,), "one label per sequence")
@@ -69,18 +84,28 @@ class Problem(Sequences):
         """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""
         if not self.batch_shape:
             raise IndexError("this Problem has no batch dimension to index")
-        return Problem(self.X[index], self.Y[index], None if self.Z is None else self.Z[index], self.v[index])
+        try:  # the index must address the batch dimensions only, never n, T or d
+            if isinstance(index, (str, bytes)):
+                raise TypeError("a string is not an index")
+            torch.empty(self.batch_shape, dtype=torch.bool)[index]
+        except (IndexError, TypeError, ValueError, RuntimeError) as err:
+            raise IndexError(f"index {index!r} does not select problems of the batch shape {self.batch_shape}: "
+                             f"index the batch dimensions only, e.g. problem[0] or problem[:2] ({err})") from None
+        index = index if isinstance(index, tuple) else (index,)
+        part = lambda tensor, trailing: tensor[index + (slice(None),) * trailing]  # noqa: E731
+        return Problem(part(self.X, 3), part(self.Y, 1), None if self.Z is None else part(self.Z, 2), part(self.v, 1))
 
     def repeat(self, copies: int) -> "Problem":
         """`copies` copies of this (unbatched) problem as a batch (copies,), e.g. to train from several inits."""
         if self.batch_shape:
             raise ValueError("repeat applies to a single problem: index the batch first, e.g. problem[0]")
         copies = positive_int(copies, "copies")
+        _memory(copies * self.X.numel(), "copies")  # construction checks every entry of the expanded copies
         return Problem(*(None if part is None else part.expand((copies,) + part.shape)
                          for part in (self.X, self.Y, self.Z, self.v)))
 
     def to(self, device) -> "Problem":
-        """The same problem with its tensors on `device` (e.g. "cuda")."""
+        """The same problem with its tensors on `device`; attnsvm computes on the CPU, so only "cpu" is accepted."""
         return Problem(self.X, self.Y, self.Z, self.v, device=device)
 
     def __repr__(self) -> str:
@@ -88,8 +113,91 @@ class Problem(Sequences):
         return f"Problem({batch}n={self.n}, T={self.T}, d={self.d})"
 
 
-def unit_rows(tensor: torch.Tensor) -> torch.Tensor:
-    """Normalize the last dimension to unit Euclidean norm."""
+
+
+def _seed(value, name: str = "seed") -> int:
+    """`checks.seed`, bounded by what torch's generator takes (derived seeds such as seed + 1 must fit too)."""
+    value = checks.seed(value, name)
+    if value >= 2**63:
+        raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
+    return value
+
+
+def _seeds(value, name: str = "seed") -> list[int]:
+    """A non-empty 1-D list (or array) of seeds, each checked by `_seed` and named by its position."""
+    items = value.tolist() if isinstance(value, (np.ndarray, torch.Tensor)) else value
+    if not (isinstance(items, SEED_LISTS) and len(items)) or any(isinstance(item, SEED_LISTS) for item in items):
+        raise ValueError(f"{name} must be a non-empty list of integer seeds, got {value!r}")
+    return [_seed(item, f"{name}[{k}]") for k, item in enumerate(items)]
+
+
+def _sizes(n, T, d) -> tuple[int, int, int]:
+    """n >= 1 sequences of T >= 2 tokens (a selected token and another) in R^d, d >= 1."""
+    n, T, d = positive_int(n, "n"), positive_int(T, "T"), positive_int(d, "d")
+    if T < 2:
+        raise ValueError(f"T must be an integer >= 2, got {T}: attention selects a token against the others (T >= 2 "
+                         f"tokens per sequence; with T={T} there is no other token)")
+    return n, T, d
+
+
+def _batch(batch) -> tuple:
+    """The batch shape of `batch`: () for None, (batch,) for an integer >= 1."""
+    return () if batch is None else (positive_int(batch, "batch"),)
+
+
+
+
+def _workers(value) -> int:
+    """A number of worker processes, >= 1 and at most MAX_WORKERS."""
+    workers = positive_int(value, "workers")
+    checks.budget(workers, "workers", MAX_WORKERS, "worker processes")
+    return workers
+
+
+def _real(value, name: str) -> float:
+    """`value` as a finite float (any sign; not a bool), else a TypeError/ValueError naming it."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})") from err
+    if not np.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def _nonnegative(value, name: str, *, positive: bool = False) -> float:
+    """`checks.nonnegative_float` (or `positive_float`), refusing bools and strings (True and "0.5" are not
+    numbers here)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+    return positive_float(value, name) if positive else nonnegative_float(value, name)
+
+
+def _finite_noise(tokens: torch.Tensor) -> torch.Tensor:
+    """`tokens`, checked to be finite after adding `spread` times Gaussian noise."""
+    return finite_result(tokens, "the tokens", "spread is too large for float64: use spread <= 1e300")
+
+
+def _as_problem(value, name: str = "problem") -> "Problem":
+    """`value` if it is a `Problem`, else a TypeError naming it."""
+    if not isinstance(value, Problem):
+        raise TypeError(f"{name} must be an attnsvm.data.Problem (e.g. data.random_problem(n, T, d, seed=0)), got "
+                        f"{type(value).__name__}")
+    return value
+
+
+def unit_rows(tensor) -> torch.Tensor:
+    """Normalize the last dimension to unit Euclidean norm (rows must be non-zero)."""
+    tensor = as_tensor(tensor, "tensor")
+    if tensor.ndim < 1 or tensor.shape[-1] < 1:
+        raise ValueError(f"tensor must have at least one entry in its last dimension, got shape {tuple(tensor.shape)}")
+    scale = tensor.abs().amax(-1, keepdim=True)
+    if (scale == 0).any():
+        raise ValueError("tensor has a row of zeros, which has no direction: unit_rows needs non-zero rows")
+    if not ((scale >= 1e-150) & (scale <= 1e150)).all():  # the squares would over- or underflow: scale first
+        tensor = tensor / scale
     return tensor / tensor.norm(dim=-1, keepdim=True)
 
 
@@ -99,17 +207,19 @@ def random_problem(n: int, T: int, d: int, *, seed, batch: int | None = None, de
     With `batch=B` it returns B independent problems (leading dimension B) drawn from one seeded generator.
     With a list of seeds, problem b is `random_problem(n, T, d, seed=seed[b])`: each one can be drawn alone.
     """
-    n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
-    if isinstance(seed, numbers.Integral):
-        shape = () if batch is None else (positive_int(batch, "batch"),)
-        return Problem(*_draw(n, T, d, int(seed), shape), device=device)
-    try:
-        seeds = [int(s) for s in seed]
-    except (TypeError, ValueError):
-        raise ValueError(f"seed must be an integer or a list of integers, got {seed!r}") from None
-    if batch is not None or not seeds:
-        raise ValueError("with a list of seeds, random_problem draws one problem per seed: pass a non-empty "
-                         "list and no batch")
+    n, T, d = positive_int(n, "n"), positive_int(T, "T"), positive_int(d, "d")  # T = 1 as in Problem
+    device = _device(device)
+    if not isinstance(seed, SEED_LISTS):
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an integer or a list of integers (each >= 0), got {seed!r} "
+                             f"({type(seed).__name__})")
+        shape = _batch(batch)
+        _memory(np.prod(shape) * n * (T + 1) * d, "batch, n, T and d")
+        return Problem(*_draw(n, T, d, _seed(seed), shape), device=device)
+    seeds = _seeds(seed)
+    if batch is not None:
+        raise ValueError("with a list of seeds, random_problem draws one problem per seed: pass no batch")
+    _memory(len(seeds) * n * (T + 1) * d, "seed (the number of seeds), n, T and d")
     return Problem(*(torch.stack(parts) for parts in zip(*(_draw(n, T, d, s, ()) for s in seeds))), device=device)
 
 
@@ -131,17 +241,21 @@ def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) ->
     draws it at random), so that token 1 is the optimal token of every sequence.
     """
     n, T = positive_int(n, "n"), positive_int(T, "T", minimum=2)
-    gen = torch.Generator().manual_seed(int(seed))
+    seed, spread = _seed(seed), _nonnegative(spread, "spread")
+    _memory(n * T * 2, "n and T")
+    gen = torch.Generator().manual_seed(seed)
     X = spread * torch.randn(n, T, 2, generator=gen, dtype=torch.float64)
     X[:, 0] = torch.tensor([[1.0, 0.5 * (-1) ** i] for i in range(n)], dtype=torch.float64)
     X[:, 1:] += torch.tensor([-1.0, 0.0], dtype=torch.float64)
+    _finite_noise(X)
     Z = unit_rows(torch.randn(n, 2, generator=gen, dtype=torch.float64))
     return Problem(X, torch.ones(n, dtype=torch.float64), Z, torch.tensor([1.0, 0.0], dtype=torch.float64))
 
 
 def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
     """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal."""
-    gen = torch.Generator().manual_seed(int(seed))
+    problem, seed = _as_problem(problem), _seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, problem.T, problem.batch_shape + (problem.n,), generator=gen).to(problem.X.device)
 
 
@@ -151,9 +265,11 @@ def opposite_clusters_problem(*, seed: int = 1, spread: float = 0.3) -> Problem:
     The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0) (`spread` times
     Gaussian noise); queries z_i and the head v are random unit vectors.
     """
-    gen = torch.Generator().manual_seed(int(seed))
+    seed, spread = _seed(seed), _nonnegative(spread, "spread")
+    gen = torch.Generator().manual_seed(seed)
     X = spread * torch.randn(2, 3, 2, generator=gen, dtype=torch.float64)
     X += torch.tensor([[[-1.0, 0.0]], [[1.0, 0.0]]], dtype=torch.float64)
+    _finite_noise(X)
     Z = unit_rows(torch.randn(2, 2, generator=gen, dtype=torch.float64))
     v = unit_rows(torch.randn(2, generator=gen, dtype=torch.float64))
     return Problem(X, torch.ones(2, dtype=torch.float64), Z, v)
@@ -175,30 +291,33 @@ def _prompt_problem(positions, scores) -> Problem:
 def single_input_problem(*, global_case: bool) -> Problem:
     """Paper B's single-input example: keys (-0.1, 1), (1, 0), (0, 0) with scores 1, 0.9 and 0.9 (global case:
     every direction leads to the optimal first token) or 0 (local case: the second token is locally optimal)."""
+    global_case = boolean(global_case, "global_case")
     return _prompt_problem([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]], [[1.0, 0.9, 0.9 if global_case else 0.0]])
 
 
 def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
     """Paper B's multi-input example: n = 3 sequences of T = 7 tokens. Token 1 (score 1) sits near (1, 0),
     tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus `spread` times Gaussian noise."""
-    gen = torch.Generator().manual_seed(int(seed))
+    seed, spread = _seed(seed), _nonnegative(spread, "spread")
+    gen = torch.Generator().manual_seed(seed)
     centres = torch.tensor([[1.0, 0.0]] + [[-1.0, 1.0]] * 3 + [[-0.5, -0.5]] * 3, dtype=torch.float64)
-    positions = centres + spread * torch.randn(3, 7, 2, generator=gen, dtype=torch.float64)
+    positions = _finite_noise(centres + spread * torch.randn(3, 7, 2, generator=gen, dtype=torch.float64))
     return _prompt_problem(positions, torch.tensor([1.0] + [0.5] * 6).expand(3, 7))
 
 
 def loss_example_problem(C: float) -> Problem:
     """Paper B's example of the effect of the loss: sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C,
     sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both."""
-    return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, float(C)], [0.0, 1.0]])
+    return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, _real(C, "C")], [0.0, 1.0]])
 
 
 def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Problem:
     """Single sequences (n = 1) of T orthonormal tokens in R^T (the U factor of the SVD of a Gaussian matrix, as
     in paper A's lambda-head code), label +1, and `random_problem`'s unit query and head (Chapter 5, E5.2)."""
-    T = positive_int(T, "T", minimum=2)
-    gen = torch.Generator().manual_seed(int(seed))
-    shape = ((batch,) if batch else ()) + (1, T, T)
+    T, seed, shape = positive_int(T, "T", minimum=2), _seed(seed), _batch(batch)
+    _memory(np.prod(shape) * 3 * T * T, "batch and T")  # the Gaussian matrices and their SVD
+    gen = torch.Generator().manual_seed(seed)
+    shape = shape + (1, T, T)
     X = torch.linalg.svd(torch.randn(shape, generator=gen, dtype=torch.float64)).U
     base = random_problem(1, T, T, seed=seed, batch=batch)
     return Problem(X, torch.ones(shape[:-2], dtype=torch.float64), base.Z, base.v)
@@ -208,7 +327,7 @@ def joint_training_problem(*, tight: bool) -> Problem:
     """Paper B's joint-training example: inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels
     (1, -1, 1), the head v trained (the problem's v is zero). third = (0.5, 1) (tight: every input is a support
     vector of the head's SVM) or (0.5, 1.5) (not tight: the third input is not)."""
-    third = [0.5, 1.0] if tight else [0.5, 1.5]
+    third = [0.5, 1.0] if boolean(tight, "tight") else [0.5, 1.5]
     X = torch.tensor([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], third]], dtype=torch.float64)
     return Problem(X, torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64), None, torch.zeros(2, dtype=torch.float64))
 
@@ -221,11 +340,12 @@ def equal_scores_problem(n: int, T: int, d: int, *, seed: int, batch: int | None
     first coordinate of every non-optimal token is set to the sequence's lowest score, plus `delta` times a
     uniform draw (delta > 0: scores within delta of each other, the relaxed theorem's setting).
     """
+    delta, seed = _nonnegative(delta, "delta"), _seed(seed)
     problem = random_problem(n, T, d, seed=seed, batch=batch)
     X, Y = problem.X.clone(), problem.Y[..., None]
     scores = Y * X[..., 0]
     others = scores < scores.max(-1, keepdim=True).values
-    gen = torch.Generator().manual_seed(int(seed) + 1)
+    gen = torch.Generator().manual_seed(seed + 1)
     low = scores.min(-1, keepdim=True).values + delta * torch.rand(scores.shape, generator=gen, dtype=torch.float64)
     X[..., 0] = torch.where(others, Y * low, X[..., 0])
     return Problem(X, problem.Y, problem.Z, torch.eye(d, dtype=torch.float64)[0])

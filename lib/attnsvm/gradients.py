@@ -28,8 +28,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .checks import as_tensor
 from .data import Problem
-from .model import LOSSES, queries
+from .model import (_TRAINING, LOSSES, _checked_head, _checked_problem, _finite, _logits, _loss_kind, _overflow,
+                    _token_values, _weights)
+
+GRADIENTS = ("exact", "autograd")  # how `train.gd` computes the gradient: this module's, or autograd's
 
 
 class LogitGradient(NamedTuple):
@@ -42,13 +46,76 @@ class LogitGradient(NamedTuple):
     log_slopes: torch.Tensor  # (..., n) log |dL/df_i| (the sign of dL/df_i is -Y_i)
 
 
-def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
-                   values: torch.Tensor | None = None) -> LogitGradient:
+def logit_gradient(problem: Problem, logits, kind: str, head=None, values=None) -> LogitGradient:
     """The gradient of the empirical risk with respect to the logits (..., n, T).
 
-    head: None for the linear head v of the problem (then pass `values` = X v, computed once), or a head of
+    logits: finite, or -inf for a token left out (attention exactly 0, gradient exactly 0), with at least two
+    finite logits per sequence. kind: the loss. head: None for the linear head v of the problem (its token values
+    X v are `values`, by default `model.token_values(problem)`; loops pass them, computed once), or a head of
     `attnsvm.heads`, whose gradient at the attention output a_i = X_i^T s_i gives the token values.
     """
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING)
+    _loss_kind(kind)
+    head = _checked_head(head, problem)
+    logits = _checked_logits(logits, problem)
+    values = _checked_values(values, head, problem, logits.shape)
+    blame = "the logits, the token values, the head or the problem's tokens are too large"
+    with _overflow("the logit gradient", blame):
+        grad = _logit_gradient(problem, logits, kind, head, values)
+    _finite(grad.direction, "the logit gradient", blame)
+    _finite(grad.log_scale, "the logit gradient's scale", blame)
+    return grad
+
+
+def _checked_logits(logits, problem: Problem) -> torch.Tensor:
+    """`logits` as a float64 CPU tensor (..., n, T) whose entries are finite or -inf, two finite per sequence."""
+    if not torch.is_tensor(logits):
+        try:
+            logits = torch.as_tensor(np.asarray(logits, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"logits must be a real array or tensor (..., n, T), got {type(logits).__name__}") from err
+    elif logits.device.type != "cpu" or logits.is_complex() or logits.dtype == torch.bool:
+        as_tensor(logits, "logits")  # its error: the device or the dtype
+    logits = logits.to(torch.float64)
+    if logits.ndim < 2 or logits.shape[-2:] != (problem.n, problem.T) or \
+            not _extends(logits.shape[:-2], problem.batch_shape):
+        raise ValueError(f"logits must have shape (..., {problem.n}, {problem.T}) with the problem's batch shape "
+                         f"{problem.batch_shape} (one logit per token), got {tuple(logits.shape)}")
+    if logits.numel() and not logits.amax() < torch.inf:  # amax propagates NaN
+        raise ValueError("logits contains NaN or +inf entries: pass finite logits (-inf for a token left out)")
+    if logits.numel() and logits.amin() == -torch.inf and not bool(((logits > -torch.inf).sum(-1) >= 2).all()):
+        raise ValueError("logits has a sequence with fewer than two finite logits: the gradient needs a token "
+                         "besides the top one (-inf marks a token left out)")
+    return logits
+
+
+def _extends(shape: tuple, batch: tuple) -> bool:
+    """Whether `shape` broadcast with `batch` is `shape` (the logits may carry extra leading dimensions)."""
+    if len(shape) < len(batch):
+        return False
+    return all(b in (1, s) for s, b in zip(shape[len(shape) - len(batch):], batch))
+
+
+def _checked_values(values, head, problem: Problem, shape: torch.Size) -> torch.Tensor | None:
+    """The linear head's token values (default X v) checked to expand to `shape`; None for another head."""
+    if head is not None:
+        if values is not None:
+            raise ValueError("values applies to the linear head (head=None) only: a head of attnsvm.heads gives "
+                             "its own token values, pass values=None")
+        return None
+    if values is None:
+        return _token_values(problem, problem.v)
+    values = as_tensor(values, "values")
+    try:
+        values.expand(shape)
+    except RuntimeError as err:
+        raise ValueError(f"values must have a shape that expands to the logits' {tuple(shape)} (the token values "
+                         f"X v, e.g. model.token_values(problem)), got {tuple(values.shape)}") from err
+    return values
+
+
+def _logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head, values) -> LogitGradient:
+    """`logit_gradient` without checks."""
     shifted = logits - logits.amax(-1, keepdim=True)  # 0 at the top token
     e = torch.exp(shifted)
     total = e.sum(-1, keepdim=True)
@@ -78,10 +145,34 @@ def logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head=None,
     return LogitGradient(direction, log_scale, s, f, log_slopes)
 
 
-def weight_gradient(problem: Problem, W: torch.Tensor, kind: str, head=None, values=None):
-    """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction."""
-    Z = queries(problem)
+def weight_gradient(problem: Problem, W, kind: str, head=None, values=None):
+    """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction.
+    kind: the loss; head and values as `logit_gradient`'s."""
+    problem, W, head, values = _gradient_arguments(problem, W, kind, head, values, min_T=2)
+    blame = "W, the head or the problem's tokens is too large"
+    with _overflow("the gradient", blame):
+        direction, log_scale, grad = _weight_gradient(problem, W, kind, head, values)
+    _finite(direction, "the gradient's direction", blame)
+    _finite(log_scale, "the gradient's scale", blame)
+    _finite(grad.direction, "the logit gradient", blame)
+    return direction, log_scale, grad
+
+
+def _gradient_arguments(problem, W, kind, head, values, *, min_T: int):
+    """The checked problem, W, head and values of `weight_gradient` (and `train.loss_gradient`)."""
+    problem = _checked_problem(problem, min_T=min_T, why=_TRAINING, needs_Z=True)
+    W = _weights(problem, W, "W")
+    _finite(_logits(problem, W), "the logits x_it^T W z_i", "W (or the problem's tokens) is too large")
+    _loss_kind(kind)
+    head = _checked_head(head, problem)
+    shape = torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) + (problem.n, problem.T)
+    return problem, W, head, _checked_values(values, head, problem, shape)
+
+
+def _weight_gradient(problem: Problem, W: torch.Tensor, kind: str, head=None, values=None):
+    """`weight_gradient` without checks."""
+    Z = problem.Z
     Wz = torch.einsum("...de,...ne->...nd", W, Z)  # W z_i
-    grad = logit_gradient(problem, (problem.X * Wz[..., None, :]).sum(-1), kind, head, values)
+    grad = _logit_gradient(problem, (problem.X * Wz[..., None, :]).sum(-1), kind, head, values)
     weighted = (grad.direction[..., None] * problem.X).sum(-2)  # sum_t g_it x_it, (..., n, d)
     return weighted.transpose(-2, -1) @ Z, grad.log_scale, grad

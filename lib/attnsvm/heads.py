@@ -7,18 +7,80 @@ with respect to a, batched over (..., n, d).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from .checks import as_tensor, nonnegative_float, positive_float
+from .checks import as_tensor, finite_result, positive_int
+from .data import _batch, _memory, _nonnegative, _seed
 
 
 class _Head:
-    """A head's value and gradient at a (..., n, d), computed together (they may share work)."""
+    """A head's value and gradient at a (..., n, d), computed together (they may share work).
 
-    def value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.value(a), self.gradient(a)
+    Subclasses implement `_value` and `_gradient` (or `_value_and_gradient`) on a checked `a`; the public methods
+    check `a` (a tensor (..., n, d) of this head's d) and that the results are finite."""
+
+    d: int  # the dimension of the attention outputs a
+    batch_shape: tuple  # the head's batch shape, broadcast against that of a without its (n, d)
+
+    def value(self, a) -> torch.Tensor:
+        a = self._points(a)
+        return self._finite(a, self._value(a))[0]
+
+    def gradient(self, a) -> torch.Tensor:
+        a = self._points(a)
+        return self._finite(a, self._gradient(a))[0]
+
+    def value_and_gradient(self, a) -> tuple[torch.Tensor, torch.Tensor]:
+        a = self._points(a)  # gradient descent calls this at every step: one check of a and one of the results
+        return self._finite(a, *self._value_and_gradient(a))
+
+    def _value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._value(a), self._gradient(a)
+
+    def _points(self, a) -> torch.Tensor:
+        """`a` as a float64 CPU tensor (..., n, d); its finiteness is checked only if a result is not finite."""
+        if not (torch.is_tensor(a) and a.dtype == torch.float64 and a.device.type == "cpu"):
+            a = as_tensor(a, "a")
+        if a.ndim < 2 or a.shape[-1] != self.d:
+            raise ValueError(f"a must have shape (..., n, {self.d}) (one attention output in R^d per sequence), "
+                             f"got {tuple(a.shape)}")
+        if _broadcast(a.shape[:-2], self.batch_shape) is None:
+            raise ValueError(f"a has the batch shape {tuple(a.shape[:-2])}, which does not broadcast with the head's "
+                             f"{tuple(self.batch_shape)}: pass one attention output per problem")
+        return a
+
+    @staticmethod
+    def _finite(a: torch.Tensor, *results: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`results`, or an error: a ValueError if `a` holds NaN or inf, else a FloatingPointError (overflow)."""
+        if math.isfinite(float(sum(result.detach().sum() for result in results))) or all(  # the sum: a fast path
+                bool(torch.isfinite(result).all()) for result in results):
+            return results
+        as_tensor(a, "a")
+        raise FloatingPointError("the head's value or gradient at a is not finite (overflow in float64): a or the "
+                                 "head's parameters are too large, scale them down")
+
+
+def _broadcast(first: tuple, second: tuple) -> tuple | None:
+    """The broadcast of two shapes, or None if they do not broadcast (torch.broadcast_shapes, 10 times faster)."""
+    shape = []
+    for p, q in zip(reversed((1,) * (len(second) - len(first)) + tuple(first)),
+                    reversed((1,) * (len(first) - len(second)) + tuple(second))):
+        if p != q and 1 not in (p, q):
+            return None
+        shape.append(q if p == 1 else p)
+    return tuple(reversed(shape))
+
+
+def _parameter(value, name: str, ndim: int, shape: str) -> torch.Tensor:
+    """A head parameter as a float64 tensor with at least `ndim` dimensions, none of them empty."""
+    tensor = as_tensor(value, name)
+    if tensor.ndim < ndim or 0 in tensor.shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+    return tensor
 
 
 @dataclass(frozen=True)
@@ -27,11 +89,22 @@ class Linear(_Head):
 
     v: torch.Tensor  # (..., d)
 
-    def value(self, a: torch.Tensor) -> torch.Tensor:
+    def __post_init__(self):
+        object.__setattr__(self, "v", _parameter(self.v, "v", 1, "(..., d)"))
+
+    @property
+    def d(self) -> int:
+        return self.v.shape[-1]
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.v.shape[:-1])
+
+    def _value(self, a: torch.Tensor) -> torch.Tensor:
         return (a * self.v[..., None, :]).sum(-1)
 
-    def gradient(self, a: torch.Tensor) -> torch.Tensor:
-        return self.v[..., None, :].expand(a.shape)
+    def _gradient(self, a: torch.Tensor) -> torch.Tensor:
+        return self.v[..., None, :].expand(torch.broadcast_shapes(self.v[..., None, :].shape, a.shape))
 
 
 @dataclass(frozen=True)
@@ -42,15 +115,23 @@ class ReLU(_Head):
     V: torch.Tensor
 
     def __post_init__(self):
-        object.__setattr__(self, "V", as_tensor(self.V, "V"))
+        object.__setattr__(self, "V", _parameter(self.V, "V", 2, "(..., d, k)"))
 
-    def value(self, a: torch.Tensor) -> torch.Tensor:
+    @property
+    def d(self) -> int:
+        return self.V.shape[-2]
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.V.shape[:-2])
+
+    def _value(self, a: torch.Tensor) -> torch.Tensor:
         return torch.relu(a @ self.V).sum(-1)
 
-    def gradient(self, a: torch.Tensor) -> torch.Tensor:
-        return self.value_and_gradient(a)[1]
+    def _gradient(self, a: torch.Tensor) -> torch.Tensor:
+        return self._value_and_gradient(a)[1]
 
-    def value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = a @ self.V  # (..., n, k)
         return torch.relu(hidden).sum(-1), (hidden > 0).to(a.dtype) @ self.V.transpose(-2, -1)
 
@@ -66,51 +147,102 @@ class Lambda(_Head):
     lam: float | torch.Tensor
 
     def __post_init__(self):
-        object.__setattr__(self, "v", as_tensor(self.v, "v"))
-        if isinstance(self.lam, torch.Tensor) and self.lam.ndim:
+        object.__setattr__(self, "v", _parameter(self.v, "v", 1, "(..., d)"))
+        if isinstance(self.lam, (torch.Tensor, np.ndarray, list, tuple)) and np.ndim(self.lam):
             lam = as_tensor(self.lam, "lam")
-            if not (torch.isfinite(lam).all() and (lam >= 0).all()):
+            if not (lam >= 0).all():
                 raise ValueError(f"lam must hold finite numbers >= 0, got {lam}")
         else:
-            lam = nonnegative_float(self.lam, "lam")
+            lam = _nonnegative(self.lam.detach() if torch.is_tensor(self.lam) else self.lam, "lam")
         object.__setattr__(self, "lam", lam)
+        if self.batch_shape is None:
+            raise ValueError(f"lam of shape {tuple(lam.shape)} does not broadcast with v's batch shape "
+                             f"{tuple(self.v.shape[:-1])}: pass one lam, or one per problem")
+
+    @property
+    def d(self) -> int:
+        return self.v.shape[-1]
+
+    @property
+    def batch_shape(self) -> tuple:
+        return _broadcast(self.v.shape[:-1], self.lam.shape if isinstance(self.lam, torch.Tensor) else ())
 
     def _lam(self, extra: int):
         return self.lam[(...,) + (None,) * extra] if isinstance(self.lam, torch.Tensor) else self.lam
 
-    def value(self, a: torch.Tensor) -> torch.Tensor:
+    def _value(self, a: torch.Tensor) -> torch.Tensor:
         return (a * self.v[..., None, :]).sum(-1) - self._lam(1) * (a * a).sum(-1)
 
-    def gradient(self, a: torch.Tensor) -> torch.Tensor:
+    def _gradient(self, a: torch.Tensor) -> torch.Tensor:
         return self.v[..., None, :] - 2 * self._lam(2) * a
+
+
+def _as_head(head, d: int | None = None, name: str = "head"):
+    """`head` if it is None (the problem's linear head) or a head of this module (for problems in R^d when `d` is
+    given), else a TypeError/ValueError naming `name` that says how to build one (e.g. for head='relu')."""
+    if head is None:
+        return None
+    if not isinstance(head, _Head):
+        raise TypeError(f"{name} must be None (the problem's linear head v) or a head of attnsvm.heads, e.g. "
+                        f"heads.random_relu(d, seed=0), heads.Linear(v) or heads.Lambda(v, lam); got {head!r} "
+                        f"({type(head).__name__})")
+    if d is not None and head.d != d:
+        raise ValueError(f"{name} acts on R^{head.d} but the tokens are in R^{d}: build the head for d={d}")
+    return head
 
 
 def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
     """Paper A's ReLU head: V Gaussian (d, d), scaled to unit Frobenius norm, one per problem of the batch."""
-    gen = torch.Generator().manual_seed(int(seed))
-    V = torch.randn(((batch,) if batch else ()) + (d, d), generator=gen, dtype=torch.float64)
+    d, seed, shape = positive_int(d, "d"), _seed(seed), _batch(batch)
+    _memory(np.prod(shape) * d * d, "batch and d")
+    gen = torch.Generator().manual_seed(seed)
+    V = torch.randn(shape + (d, d), generator=gen, dtype=torch.float64)
     return ReLU(V / V.norm(dim=(-2, -1), keepdim=True))
+
+
+def _values(values) -> torch.Tensor:
+    """Token values u (..., T), T >= 1."""
+    u = as_tensor(values, "values")
+    if u.ndim < 1 or u.shape[-1] < 1:
+        raise ValueError(f"values must have shape (..., T) with T >= 1 token values, got {tuple(u.shape)}")
+    return u
+
+
+def _water_filling(u: torch.Tensor, lam: float):
+    """(top, kept): u sorted in decreasing order and the number kept, (..., 1).
+
+    The k largest values are kept while their excess sum_{j<k} (u_(j) - u_(k)) = sum_{m<k} m (u_(m) - u_(m+1))
+    stays below 2 lam: a sum of non-negative terms, accurate however small lam is (the threshold test
+    u_(k) > theta_k itself rounds wrong once lam is below the spacing of the floats near u)."""
+    top = u.sort(-1, descending=True).values
+    m = torch.arange(1, u.shape[-1], dtype=u.dtype)
+    excess = torch.nn.functional.pad((m * (top[..., :-1] - top[..., 1:])).cumsum(-1), (1, 0))
+    return top, (excess < 2 * lam).sum(-1, keepdim=True)  # excess_1 = 0: at least one kept
 
 
 def lambda_threshold(values, lam: float) -> torch.Tensor:
     """The water level theta (...,) of the lambda-head's optimum on orthonormal tokens: the number with
     sum_t max(u_t - theta, 0) = 2 lam (Chapter 5). values: u (..., T); lam > 0. The kept tokens are those with
     u_t > theta."""
-    u = as_tensor(values, "values")
-    lam = positive_float(lam, "lam")
-    top = u.sort(-1, descending=True).values
-    k = torch.arange(1, u.shape[-1] + 1, dtype=u.dtype)
-    thetas = (top.cumsum(-1) - 2 * lam) / k  # the level if the k largest values are kept
-    kept = (top > thetas).sum(-1, keepdim=True)  # they are, for k = 1..kept
-    return thetas.gather(-1, kept - 1)[..., 0]
+    u, lam = _values(values), _nonnegative(lam, "lam", positive=True)
+    top, kept = _water_filling(u, lam)
+    theta = (top.cumsum(-1).gather(-1, kept - 1) - 2 * lam) / kept.to(u.dtype)
+    return finite_result(theta[..., 0], "theta", "values or lam overflow float64: scale them down")
 
 
 def lambda_optimum(values, lam: float) -> torch.Tensor:
     """The attention that maximizes the lambda-head on orthonormal tokens: argmax over the simplex of
     sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - theta, 0) / (2 lam) with theta = `lambda_threshold`
-    ("water filling"; Chapter 5). values: u (..., T). lam = 0 gives the top token (a linear head)."""
-    u = as_tensor(values, "values")
-    if float(lam) == 0:
+    ("water filling"; Chapter 5). values: u (..., T). lam = 0 gives the top token (a linear head).
+
+    The kept tokens get s_t = (d_t - mean d) / (2 lam) + 1 / k with d_t = u_t - max u, exact differences: the
+    weights sum to 1 to round-off for every lam (u_t - theta would lose all digits once lam is tiny)."""
+    u, lam = _values(values), _nonnegative(lam, "lam")
+    if lam == 0:
         return torch.nn.functional.one_hot(u.argmax(-1), u.shape[-1]).to(u.dtype)
-    lam = positive_float(lam, "lam")
-    return torch.clamp(u - lambda_threshold(u, lam)[..., None], min=0) / (2 * lam)
+    top, kept = _water_filling(u, lam)
+    d = u - top[..., :1]
+    chosen = u >= top.gather(-1, kept - 1)  # ties are kept together, so this is the kept set
+    mean = (d * chosen).sum(-1, keepdim=True) / kept.to(u.dtype)
+    s = torch.where(chosen, (d - mean) / lam / 2 + 1 / kept.to(u.dtype), 0.0).clamp(min=0)
+    return finite_result(s, "the optimal attention", "values overflow float64: scale them down")

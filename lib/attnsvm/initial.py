@@ -5,47 +5,101 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import as_tensor, choice, require_shape
+from . import checks
+from .checks import cpu_device as _device
+from .checks import as_tensor, positive_int, require_shape
 from .data import Problem
+from .model import _checked_problem, _memory_budget, _option
+
+PARAMS = ("W", "KQ")  # W trained directly, or its factors W = K Q^T
 
 
 def uniform_init(shape: tuple, seed: int, device=None) -> torch.Tensor:
-    """Entries uniform in [-1/sqrt(d), 1/sqrt(d)] (torch.nn.Linear's default), d = shape[-2]."""
-    gen = torch.Generator().manual_seed(int(seed))
+    """Entries uniform in [-1/sqrt(d), 1/sqrt(d)] (torch.nn.Linear's default), d = shape[-2]. shape: (..., d, m)
+    with d >= 1; seed: an integer in [0, 2**63); device: None or "cpu" (attnsvm computes on the CPU)."""
+    shape, seed, device = _shape(shape), _seed(seed), _device(device)
+    gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / np.sqrt(shape[-2])
     return ((torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound).to(device)
 
 
+def _sizes(value, name: str, meaning: str) -> tuple:
+    """`value` checked to be a tuple (or list) of integer sizes >= 0."""
+    if not isinstance(value, (tuple, list, torch.Size)) or not all(
+            isinstance(size, (int, np.integer)) and not isinstance(size, bool) for size in value):
+        raise TypeError(f"{name} must be a tuple of integer sizes {meaning}, got {value!r}")
+    if any(size < 0 for size in value):
+        raise ValueError(f"{name} must hold sizes >= 0 {meaning}, got {tuple(value)}")
+    return tuple(int(size) for size in value)
+
+
+def _shape(shape, name: str = "shape") -> tuple:
+    """`shape` checked to be a tuple (..., d, m) of sizes >= 0 with d >= 1, within the memory budget."""
+    shape = _sizes(shape, name, "(..., d, m)")
+    if len(shape) < 2 or shape[-2] < 1:
+        raise ValueError(f"{name} must be a tuple (..., d, m) with d >= 1, got {shape}")
+    _memory_budget(float(np.prod(shape, dtype=float)), name)
+    return shape
+
+
+def _seed(value, name: str = "seed") -> int:
+    """`checks.seed`, below 2**63 (a torch generator's range, with room for the seed + 1 of Q)."""
+    value = checks.seed(value, name)
+    if value >= 2**63:
+        raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
+    return value
+
+
+
+
 def initial_parameters(problem: Problem, param: str, init, m: int, seed: int):
-    """The initial parameters: a tuple (W,) or (K, Q), each of shape (..., d, d) or (..., d, m)."""
+    """The initial parameters: a tuple (W,) or (K, Q), each of shape (..., d, d) or (..., d, m) (detached: training
+    records data, not a graph).
+
+    param: "W" or "KQ"; init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W
+    (..., d, d) or a pair (K0, Q0); m: the width of K and Q for "uniform"; seed: the seed of "uniform".
+    """
+    problem = _checked_problem(problem)
+    param, m, seed = _option(param, "param", PARAMS), positive_int(m, "m"), _seed(seed)
     batch, d, device = problem.batch_shape, problem.d, problem.X.device
     if init is None:
         init = "zeros" if param == "W" else "uniform"
     if isinstance(init, str):
-        choice(init, "init", ("zeros", "uniform"))
+        _option(init, "init", ("zeros", "uniform"))
         if param == "W":
             zeros = torch.zeros(batch + (d, d), dtype=torch.float64, device=device)
             return (zeros if init == "zeros" else uniform_init(batch + (d, d), seed, device),)
         if init == "zeros":
             raise ValueError('init="zeros" is a saddle point of the (K, Q) parameterization (zero gradient): '
                              'use init="uniform" or pass (K0, Q0)')
+        _memory_budget(2.0 * np.prod(batch + (d, m), dtype=float), "m")
         return uniform_init(batch + (d, m), seed, device), uniform_init(batch + (d, m), seed + 1, device)
+    pair = isinstance(init, (tuple, list)) and len(init) == 2 and all(np.ndim(part) >= 2 for part in init)
     if param == "W":
+        if pair:
+            raise ValueError('init for param="W" must be one initial W (..., d, d), got a pair (K0, Q0): pass '
+                             'param="KQ" to train the factors')
         W0 = as_tensor(init, "init", device=device)
         require_shape(W0, "init", batch + (d, d), "an initial W for every problem")
-        return (W0,)
-    if not (isinstance(init, (tuple, list)) and len(init) == 2):
+        return (W0.detach(),)
+    if not pair:
         raise ValueError('init for param="KQ" must be "uniform" or a pair (K0, Q0) of (..., d, m) arrays')
     K0, Q0 = (as_tensor(value, name, device=device) for value, name in zip(init, ("init[0] (K0)", "init[1] (Q0)")))
-    require_shape(K0, "init[0] (K0)", batch + (d, K0.shape[-1]), "the initial key matrix K, (..., d, m)")
+    width = K0.shape[-1] if K0.ndim >= 2 else m
+    require_shape(K0, "init[0] (K0)", batch + (d, width), "the initial key matrix K, (..., d, m)")
     require_shape(Q0, "init[1] (Q0)", tuple(K0.shape), "the initial query matrix Q, the same shape as K0")
-    return K0, Q0
+    return K0.detach(), Q0.detach()
 
 
 def initial_vector(value, name: str, batch: tuple, d: int, device) -> torch.Tensor:
-    """An initial vector (d,) shared by all problems, or one per problem (..., d)."""
+    """An initial vector (d,) shared by all problems, or one per problem (..., d) (detached, a copy). name: the
+    argument's name in errors; batch: the problems' batch shape; device: None or "cpu"."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be the argument's name (a string), got {type(name).__name__}")
+    batch, d, device = _sizes(batch, "batch", "(the problems' batch shape)"), positive_int(d, "d"), _device(device)
+    _memory_budget(float(np.prod(batch + (d,), dtype=float)), "batch and d")
     vector = as_tensor(value, name, device=device)
     if tuple(vector.shape) not in ((d,), batch + (d,)):
         raise ValueError(f"{name} must have shape ({d},) or {batch + (d,)} (one vector per problem), "
                          f"got {tuple(vector.shape)}")
-    return vector.expand(batch + (d,)).clone()
+    return vector.detach().expand(batch + (d,)).clone()

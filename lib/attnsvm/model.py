@@ -6,13 +6,16 @@ parameterization W = K Q^T.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
-from .checks import as_index, as_tensor, choice
-from .data import Problem
+from . import heads
+from .checks import option as _option, memory as _memory_budget
+from .checks import as_index, as_tensor, budget, choice, finite_result
+from .data import Problem, Sequences
 
 
 class Loss(NamedTuple):
@@ -34,65 +37,216 @@ LOSSES = {
                    lambda x, delta: torch.broadcast_tensors(x, delta)[1]),
 }
 
+# ------------------------------------------------------------------ validators shared by the training modules
+# (private: checks.py has none for a Problem, a head or a training run's size)
+
+MAX_STEPS = 10**8  # more gradient steps than this would run for hours or days: refused
+MAX_RECORDS = 10**7  # recorded iterates kept in memory
+
+
+
+
+def _checked_problem(problem, *, min_T: int = 1, why: str = "", needs_Z: bool = False,
+                     kind: type = Problem) -> Problem:
+    """`problem` checked to be a Problem (or another `kind` of data.Sequences) on the CPU with n >= 1 sequences
+    of T >= min_T tokens in R^d, d >= 1 (and query tokens Z if `needs_Z`), else a TypeError/ValueError naming
+    `problem` (`why`: why min_T)."""
+    if not isinstance(problem, kind):
+        raise TypeError(f"problem must be an attnsvm.data.Problem (e.g. data.random_problem(n, T, d, seed=0)), "
+                        f"got {type(problem).__name__}")
+    if problem.X.device.type != "cpu":
+        raise ValueError(f"problem is on the device {problem.X.device.type!r}: attnsvm computes on the CPU, build "
+                         f"the problem there (without device=)")
+    if problem.n < 1:
+        raise ValueError("problem has n = 0 sequences: the empirical risk is a mean over the sequences, pass at "
+                         "least one")
+    if problem.d < 1:
+        raise ValueError("problem has tokens in R^0 (d = 0): pass tokens with d >= 1 coordinates")
+    if problem.T < min_T:
+        raise ValueError(f"problem has T = {problem.T} token(s) per sequence: this function needs T >= {min_T}"
+                         + (f" ({why})" if why else ""))
+    if needs_Z and problem.Z is None:
+        raise ValueError("problem has no query tokens Z (it is a prompt-model problem, trained by "
+                         "train.gd_prompt): build it with Z to use the cross-attention model")
+    return problem
+
+
+_TRAINING = "with one token attention is constant: there is no gradient and no margin"
+
+
+
+
+def _checked_head(head, problem: Problem | None = None, name: str = "head"):
+    """`head` checked to be None (the problem's linear head v) or a head of `attnsvm.heads` whose parameters are
+    finite float64 CPU tensors on tokens in R^d (the problem's d, if `problem` is given); returned as such."""
+    if head is None:
+        return None
+    if not isinstance(head, (heads.Linear, heads.ReLU, heads.Lambda)):
+        raise TypeError(f"{name} must be None (the problem's linear head v) or a head of attnsvm.heads: "
+                        f"heads.Linear(v), heads.ReLU(V) (e.g. heads.random_relu(d, seed=0)) or "
+                        f"heads.Lambda(v, lam), got {head!r}")
+    if isinstance(head, heads.ReLU):
+        V = _parameter(head.V, f"{name}.V", problem, "k", "k hidden units on tokens in R^d")
+        return head if V is head.V else heads.ReLU(V)
+    v = _parameter(head.v, f"{name}.v", problem)
+    if isinstance(head, heads.Lambda) and torch.is_tensor(head.lam) and problem is not None:
+        _within_batch(head.lam.shape, f"{name}.lam", problem)
+    if v is head.v:
+        return head
+    return heads.Linear(v) if isinstance(head, heads.Linear) else heads.Lambda(v, head.lam)
+
+
+def _parameter(value, name: str, problem: Problem | None, last: str = "", meaning: str = "a head on tokens in R^d"):
+    """A head's parameter: a finite float64 CPU tensor (..., d) (or (..., d, `last`)), its leading dimensions
+    broadcast against the problem's batch shape."""
+    tensor = as_tensor(value, name)
+    core = 2 if last else 1
+    d = "d" if problem is None else problem.d
+    if tensor.ndim < core or (problem is not None and tensor.shape[-core] != problem.d):
+        shape = f"(..., {d}, {last})" if last else f"(..., {d})"
+        raise ValueError(f"{name} must have shape {shape} ({meaning.replace('R^d', f'R^{d}')}), "
+                         f"got {tuple(tensor.shape)}")
+    if problem is not None:
+        _within_batch(tensor.shape[:-core], name, problem)
+    return tensor
+
+
+def _within_batch(shape: tuple, name: str, problem: Problem) -> None:
+    """Refuse leading dimensions `shape` that do not broadcast to the problem's batch shape."""
+    try:
+        fits = torch.broadcast_shapes(shape, problem.batch_shape) == problem.batch_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name}'s batch shape {tuple(shape)} does not match the problem's {problem.batch_shape}: "
+                         f"pass one for all problems or one per problem")
+
+
+def _loss_kind(kind) -> Loss:
+    """The Loss named `kind` (an argument the book calls the loss), or an error listing them."""
+    return LOSSES[_option(kind, "loss", tuple(LOSSES))]
+
+
+def _finite(tensor: torch.Tensor, what: str, blame: str, fix: str = "scale it down") -> torch.Tensor:
+    """`checks.finite_result` blaming the arguments in `blame` (e.g. "W is too large") and saying the `fix`."""
+    return finite_result(tensor, what, f"{blame}: {fix}")
+
+
+@contextmanager
+def _overflow(what: str, blame: str, fix: str = "scale it down"):
+    """Around a computation on checked arguments: an error raised inside (a head refusing the non-finite input an
+    overflow led to, an SVD failing on it) is an overflow, re-raised as `_finite`'s FloatingPointError, which
+    names the caller's arguments, not the internal ones."""
+    try:
+        yield
+    except (ValueError, FloatingPointError, torch.linalg.LinAlgError) as err:
+        raise FloatingPointError(f"{what} is not finite (overflow in float64): {blame}: {fix}") from err
+
 
 def weights(problem: Problem, W) -> torch.Tensor:
-    """`W` as a float64 tensor on the problem's device, checked to be (..., d, d)."""
-    W = as_tensor(W, "W", device=problem.X.device)
+    """`W` as a float64 tensor on the problem's device, checked to be (..., d, d). problem: a Problem, or the
+    sequences of another model (`causal.SequenceProblem`)."""
+    return _weights(_checked_problem(problem, kind=Sequences), W, "W")
+
+
+def _weights(problem: Problem, W, name: str) -> torch.Tensor:
+    """`weights` for an argument the caller calls `name`."""
+    W = as_tensor(W, name, device=problem.X.device)
     d = problem.d
     if W.ndim < 2 or W.shape[-2:] != (d, d):
-        raise ValueError(f"W must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), got {tuple(W.shape)}")
+        raise ValueError(f"{name} must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), "
+                         f"got {tuple(W.shape)}")
     try:
         torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
     except RuntimeError as err:
-        raise ValueError(f"W's batch shape {tuple(W.shape[:-2])} does not match the problem's {problem.batch_shape}: "
-                         f"pass one W (d, d) for all problems or one per problem") from err
+        raise ValueError(f"{name}'s batch shape {tuple(W.shape[:-2])} does not match the problem's "
+                         f"{problem.batch_shape}: pass one {name} (d, d) for all problems or one per problem") from err
     return W
 
 
 def logits(problem: Problem, W) -> torch.Tensor:
     """Attention logits x_it^T W z_i, shape (..., n, T)."""
-    return raw_logits(problem, weights(problem, W))
+    problem = _checked_problem(problem, needs_Z=True)
+    return _finite(_logits(problem, _weights(problem, W, "W")), "the logits x_it^T W z_i",
+                   "W (or the problem's tokens) is too large")
 
 
-def raw_logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
-    """`logits` without checking W (for inner loops that built W themselves)."""
-    return torch.einsum("...ntd,...de,...ne->...nt", problem.X, W, queries(problem))
+def raw_logits(problem: Problem, W) -> torch.Tensor:
+    """`logits` (kept for code written against attnsvm 0.x, when it skipped the checks)."""
+    return logits(problem, W)
+
+
+def _logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+    """`logits` without checks, for inner loops that built W themselves."""
+    return torch.einsum("...ntd,...de,...ne->...nt", problem.X, W, problem.Z)
 
 
 def queries(problem: Problem) -> torch.Tensor:
     """The problem's query tokens Z, or a clear error for a prompt-model problem (which has none)."""
-    if problem.Z is None:
-        raise ValueError("this Problem has no query tokens Z (it is a prompt-model problem, trained by "
-                         "train.gd_prompt): build it with Z to use the cross-attention model")
-    return problem.Z
+    return _checked_problem(problem, needs_Z=True).Z
 
 
-def attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+def attention(problem: Problem, W) -> torch.Tensor:
     """Softmax attention probabilities s_it = softmax_t(x_it^T W z_i), shape (..., n, T)."""
     return torch.softmax(logits(problem, W), dim=-1)
 
 
-def token_values(problem: Problem, v: torch.Tensor | None = None) -> torch.Tensor:
-    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T); v: the problem's by default."""
-    return torch.einsum("...ntd,...d->...nt", problem.X, problem.v if v is None else v)
+def _attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
+    """`attention` without checks."""
+    return torch.softmax(_logits(problem, W), dim=-1)
+
+
+def token_values(problem: Problem, v=None) -> torch.Tensor:
+    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T); v: the problem's by default,
+    else (d,) or one per problem (..., d)."""
+    problem = _checked_problem(problem)
+    if v is None:
+        return _finite(_token_values(problem, problem.v), "the token values v^T x_it",
+                       "the problem's v or X is too large")
+    v = _parameter(v, "v", problem, meaning="a linear head on tokens in R^d")
+    return _finite(_token_values(problem, v), "the token values v^T x_it", "v (or the problem's tokens) is too large")
+
+
+def _token_values(problem: Problem, v: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("...ntd,...d->...nt", problem.X, v)
 
 
 def outputs(problem: Problem, W, head=None) -> torch.Tensor:
     """Model outputs f(X_i) = h(X_i^T s_i), shape (..., n): the linear head v of the problem (h(a) = v^T a)
     unless a head from `attnsvm.heads` is given."""
-    s = attention(problem, W)
+    problem = _checked_problem(problem, needs_Z=True)
+    W, head = _weights(problem, W, "W"), _checked_head(head, problem)
+    logits(problem, W)  # finite, or an error blaming W
+    blame = "W, the head or the problem's tokens is too large"
+    with _overflow("the outputs f(X_i)", blame):
+        f = _outputs(problem, W, head)
+    return _finite(f, "the outputs f(X_i)", blame)
+
+
+def _outputs(problem: Problem, W: torch.Tensor, head) -> torch.Tensor:
+    """`outputs` without checks."""
+    s = _attention(problem, W)
     if head is None:
-        return (s * token_values(problem)).sum(-1)
+        return (s * _token_values(problem, problem.v)).sum(-1)
     return head.value((s[..., None] * problem.X).sum(-2))
 
 
 def loss(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
     """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
-    return LOSSES[choice(kind, "loss", tuple(LOSSES))].value(problem.Y * outputs(problem, W, head)).mean(-1)
+    loss_fn, f = _loss_kind(kind), outputs(problem, W, head)  # outputs checks the other arguments
+    return _finite(_risk(loss_fn, problem, f), "the loss", "W, the head or the problem's tokens is too large for "
+                   "this loss")
+
+
+def _risk(loss_fn: Loss, problem: Problem, f: torch.Tensor) -> torch.Tensor:
+    """The empirical risk (1/n) sum_i l(Y_i f_i) of the outputs f (..., n)."""
+    return loss_fn.value(problem.Y * f).mean(-1)
 
 
 def _selection(problem: Problem, alpha) -> torch.Tensor:
     """`alpha` checked to hold one token index per sequence, as a long tensor (..., n) on the problem's device."""
+    if torch.is_tensor(alpha) and alpha.device.type != "cpu":
+        raise ValueError(f"alpha is on the device {alpha.device.type!r}: attnsvm computes on the CPU, pass alpha.cpu()")
     shape = problem.batch_shape + (problem.n,)
     return torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
 
@@ -106,30 +260,43 @@ def support_gradient(problem: Problem, alpha, W, support, kind: str = "logistic"
     alpha: the selected token of each sequence (..., n); support: a boolean mask (..., n, T) of the tokens
     kept in the sum (the support tokens of the Att-SVM of alpha, `theory.support_tokens`); kind: the loss.
     """
-    W, alpha = weights(problem, W), _selection(problem, alpha)
-    mask = torch.as_tensor(np.asarray(support), device=problem.X.device)
+    problem = _checked_problem(problem, needs_Z=True)
+    W, alpha, loss_fn = _weights(problem, W, "W"), _selection(problem, alpha), _loss_kind(kind)
     shape = problem.batch_shape + (problem.n, problem.T)
-    if mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        raise ValueError(f"support must be a boolean mask of shape {shape} (one flag per token), "
-                         f"got dtype {mask.dtype} and shape {tuple(mask.shape)}")
-    loss_fn = LOSSES[choice(kind, "loss", tuple(LOSSES))]
-    s, u = attention(problem, W), token_values(problem)
+    mask = _mask(support, "support", shape)
+    s, u = _attention(problem, W), _token_values(problem, problem.v)
     c = -loss_fn.derivative(problem.Y * (s * u).sum(-1)) / problem.n
     gamma = problem.Y[..., None] * u
     gap = gamma.gather(-1, alpha[..., None]) - gamma
     index = alpha[..., None, None].expand(alpha.shape + (1, problem.d))
     D = problem.X.gather(-2, index) - problem.X  # x_{i alpha_i} - x_it
     weight = c[..., None] * s * gap * mask
-    return torch.einsum("...nt,...ntd,...ne->...de", weight, D, queries(problem))
+    return _finite(torch.einsum("...nt,...ntd,...ne->...de", weight, D, problem.Z), "the support gradient",
+                   "W or the problem's tokens is too large")
+
+
+def _mask(value, name: str, shape: tuple) -> torch.Tensor:
+    """`value` checked to be a boolean CPU array or tensor of the given shape (one flag per token)."""
+    if torch.is_tensor(value) and value.device.type != "cpu":
+        raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, "
+                         f"pass {name}.cpu()")
+    try:
+        mask = value.detach() if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{name} must be a boolean mask of shape {shape} (one flag per token), "
+                        f"got {type(value).__name__}") from err
+    if mask.dtype != torch.bool or tuple(mask.shape) != shape:
+        raise ValueError(f"{name} must be a boolean mask of shape {shape} (one flag per token), "
+                         f"got dtype {mask.dtype} and shape {tuple(mask.shape)}")
+    return mask
 
 
 def min_margin(problem: Problem, alpha, W) -> torch.Tensor:
     """The smallest margin min_{i, t != alpha_i} (x_{i alpha_i} - x_it)^T W z_i, shape (...,) (one per problem).
     alpha: the selected token of each sequence (..., n); needs T >= 2 tokens per sequence."""
-    if problem.T < 2:
-        raise ValueError("min_margin needs T >= 2 tokens per sequence: with one token there is no margin")
+    problem = _checked_problem(problem, min_T=2, why="with one token there is no margin", needs_Z=True)
     alpha = _selection(problem, alpha)
     scores = logits(problem, W)
     gaps = scores.gather(-1, alpha[..., None]) - scores
     chosen = torch.nn.functional.one_hot(alpha, problem.T).bool()
-    return gaps.masked_fill(chosen, torch.inf).amin((-2, -1))
+    return _finite(gaps.masked_fill(chosen, torch.inf).amin((-2, -1)), "the margin", "W is too large")

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from . import data, heads, session, svm, theory, train
-from .checks import nonnegative_float, positive_int
+from .checks import as_tensor, budget, finite_result, positive_int
+from .data import _memory, _nonnegative, _seed, _seeds, _workers
 from .initial import uniform_init
 
 N, T = 3, 4  # sequences and tokens per sequence
@@ -35,6 +36,9 @@ EPS = float(np.finfo(np.float64).eps)  # paper A's code normalizes the gradient 
 MASKED, RELEVANT = 1e-6, 1e-3  # s <= MASKED: masked; s >= RELEVANT: selected; in between: ambiguous
 HEAD_SEEDS, INIT_SEEDS = 1_000_000, 2_000_000  # offsets: the head and the initial W get their own streams
 SEEDS_FILE = Path(__file__).with_name("e51_seeds.json")
+MAX_CANDIDATES = 10**6  # `search` gives up after this many candidates (d = 10 needs about 57 per accepted seed)
+MAX_PAIRS = 10**6  # token_pairs refuses more token triples (i, t, tau) than this
+MAX_STEPS = 10**8  # lambda_sweep refuses more gradient steps than this
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,18 @@ class Runs:
     head: heads.ReLU
     trajectory: train.Trajectory
     svms: dict = field(default_factory=dict, repr=False, compare=False)  # run index -> its SVMs, once solved
+
+
+def _as_runs(value, name: str = "runs") -> Runs:
+    """`value` if it is a `Runs`, else a TypeError naming it."""
+    if not isinstance(value, Runs):
+        raise TypeError(f"{name} must be the Runs of multitoken.train_runs(d, seeds), got {type(value).__name__}")
+    return value
+
+
+def _run_memory(count: int, d: int, name: str) -> None:
+    """Refuse `count` runs in R^d whose trajectories would not fit in memory."""
+    _memory(count * ((STEPS // RECORD_EVERY + 1) * (d * d + 2 * N * T) + 3 * d * d + N * T * d), name)
 
 
 def _draw(d: int, seeds: np.ndarray) -> tuple[data.Problem, heads.ReLU, torch.Tensor]:
@@ -64,18 +80,22 @@ def _train(seeds: np.ndarray, problem: data.Problem, head: heads.ReLU, W0: torch
 def train_runs(d: int, seeds, *, eps: float = EPS) -> Runs:
     """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run, each
     step -lr G / (||G||_F + eps) as in paper A's code; eps = 0 gives exact normalized steps -lr G / ||G||_F."""
-    d = positive_int(d, "d")
-    seeds = np.asarray(seeds, dtype=np.int64)
-    if seeds.ndim != 1 or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of integers, got shape {seeds.shape}")
+    d, eps = positive_int(d, "d"), _nonnegative(eps, "eps")
+    seeds = np.asarray(_seeds(seeds, "seeds"), dtype=np.int64)
+    _run_memory(len(seeds), d, "seeds (their number) and d")
     return _train(seeds, *_draw(d, seeds), eps=eps)
 
 
 def select(runs: Runs, keep) -> Runs:
     """The runs where `keep` (bool (batch,), e.g. `passes_filter(runs)`) is true."""
-    keep = torch.as_tensor(np.asarray(keep, dtype=bool))
-    if keep.shape != (len(runs.seeds),):
-        raise ValueError(f"keep must be a bool array of shape ({len(runs.seeds)},), one entry per run")
+    runs = _as_runs(runs)
+    try:
+        keep = torch.as_tensor(keep.detach().cpu().numpy() if torch.is_tensor(keep) else np.asarray(keep))
+    except (TypeError, ValueError, RuntimeError):
+        keep = None
+    if keep is None or keep.dtype != torch.bool or keep.shape != (len(runs.seeds),):
+        raise ValueError(f"keep must be a bool array of shape ({len(runs.seeds)},), one entry per run (e.g. "
+                         f"passes_filter(runs)), got {keep!r}")
     t = runs.trajectory
     trajectory = train.Trajectory(t.steps, t.probs[:, keep], t.loss[:, keep], W=t.W[:, keep])
     problem = data.Problem(*(getattr(runs.problem, name)[keep] for name in "XYZv"))
@@ -96,7 +116,7 @@ def _solutions(runs: Runs, b: int):
 def passes_filter(runs: Runs) -> np.ndarray:
     """The official filter, bool (batch,): labels not all +1, no final probability in (1e-6, 1e-3], at least
     one <= 1e-6 (a token masked), and every SVM (general and one-token) feasible."""
-    s = runs.trajectory.probs[-1].flatten(1)
+    s = _as_runs(runs).trajectory.probs[-1].flatten(1)
     ok = ~(runs.problem.Y == 1).all(-1) & ~((s > MASKED) & (s <= RELEVANT)).any(-1) & (s <= MASKED).any(-1)
     ok = ok.numpy()
     for b in np.flatnonzero(ok):
@@ -107,7 +127,7 @@ def passes_filter(runs: Runs) -> np.ndarray:
 def largest_masked(runs: Runs) -> np.ndarray:
     """Each run's largest final probability below the selection threshold 1e-3, (batch,): how completely the
     masked tokens are suppressed."""
-    s = runs.trajectory.probs[-1].flatten(1)
+    s = _as_runs(runs).trajectory.probs[-1].flatten(1)
     return s.masked_fill(s > RELEVANT, 0).amax(-1).numpy()
 
 
@@ -125,40 +145,54 @@ def _accepted(d: int, first: int, chunk: int) -> list[int]:
 
 
 def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int = 1,
-           pool: ProcessPoolExecutor | None = None) -> tuple[list[int], int]:
+           pool: ProcessPoolExecutor | None = None, max_candidates: int = MAX_CANDIDATES) -> tuple[list[int], int]:
     """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
 
     Candidates are trained in chunks of `chunk` seeds; with workers > 1, in separate processes, which always
     have the next chunks queued (a run does not depend on the others in its batch, so the answer does not
     depend on `chunk` or `workers`). pool: processes from `attnsvm.worker_pool(workers)` to use; by default
-    the search starts its own when workers > 1.
+    the search starts its own when workers > 1. It gives up with a ValueError after `max_candidates` candidates.
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
-    chunk, workers = positive_int(chunk, "chunk"), positive_int(workers, "workers")
+    chunk, workers = positive_int(chunk, "chunk"), _workers(workers)
+    start, max_candidates = _seed(start, "start"), positive_int(max_candidates, "max_candidates")
+    _run_memory(chunk, d, "chunk and d")
+    if pool is not None and not callable(getattr(pool, "submit", None)):
+        raise TypeError(f"pool must be None or an executor with a submit method (attnsvm.worker_pool(workers)), got "
+                        f"{type(pool).__name__}")
+    end = start + max_candidates
     own = pool is None and workers > 1
     pool = session.worker_pool(workers) if own else pool
     accepted, first, queued = [], start, deque()
     try:
         while len(accepted) < count:
             if pool is None:
-                accepted += _accepted(d, first, chunk)
+                if first >= end:
+                    break
+                accepted += _accepted(d, first, min(chunk, end - first))
                 first += chunk
                 continue
-            while len(queued) < 2 * workers:  # chunks are taken in order, as the workers free up
-                queued.append(pool.submit(_accepted, d, first, chunk))
+            while len(queued) < 2 * workers and first < end:  # chunks are taken in order, as the workers free up
+                queued.append(pool.submit(_accepted, d, first, min(chunk, end - first)))
                 first += chunk
+            if not queued:
+                break
             accepted += queued.popleft().result()
     finally:
         for future in queued:  # beyond the count: those not yet started are dropped
             future.cancel()
         if own:
             pool.shutdown()
+    if len(accepted) < count:
+        raise ValueError(f"search found {len(accepted)} of count={count} accepted seeds among max_candidates="
+                         f"{max_candidates} candidates from start={start}: raise max_candidates or lower count")
     accepted = accepted[:count]
     return accepted, accepted[-1] - start + 1
 
 
 def stored_seeds(d: int) -> list[int]:
     """The accepted seeds of dimension d found by `search` and stored in e51_seeds.json."""
+    d = positive_int(d, "d")
     stored = json.loads(SEEDS_FILE.read_text())
     if str(d) not in stored["seeds"]:
         raise ValueError(f"no stored seeds for d={d}; stored: d in {sorted(map(int, stored['seeds']))} "
@@ -169,7 +203,7 @@ def stored_seeds(d: int) -> list[int]:
 def errors(runs: Runs) -> dict[str, np.ndarray]:
     """1 - corr(W(k), .) for the three predicted directions, each (records, batch): "SVMeq" (W_fin + C W_mm, C
     fitted to W(2000)), "W_mm" (the directional part alone) and "1token" (the Att-SVM of argmax_t s_it)."""
-    W = runs.trajectory.W
+    W = _as_runs(runs).trajectory.W
     targets = {"SVMeq": [], "W_mm": [], "1token": []}
     for b in range(len(runs.seeds)):
         solutions = _solutions(runs, b)
@@ -185,12 +219,12 @@ def errors(runs: Runs) -> dict[str, np.ndarray]:
 
 def norms(runs: Runs) -> torch.Tensor:
     """||W(k)||_F of every run at every recorded step, (records, batch)."""
-    return runs.trajectory.W.norm(dim=(-2, -1))
+    return _as_runs(runs).trajectory.W.norm(dim=(-2, -1))
 
 
 def moved(runs: Runs, back: int = 1) -> torch.Tensor:
     """How far W moved over the last `back` records, ||W(K) - W(K - back * 100)||_F per run, (batch,)."""
-    W = runs.trajectory.W
+    W = _as_runs(runs).trajectory.W
     back = positive_int(back, "back")
     if back >= len(W):
         raise ValueError(f"back must be below the number of records ({len(W)}), got {back}")
@@ -209,22 +243,38 @@ class TokenPairs:
 
     def project(self, W) -> np.ndarray:
         """Pi W: the orthogonal projection of W (d, d) onto S_fin (Frobenius inner product)."""
-        W = np.asarray(W, dtype=float)
-        return (self.basis.T @ (self.basis @ W.ravel())).reshape(W.shape)
+        W = as_tensor(W, "W").detach().numpy()
+        d = round(self.basis.shape[1] ** 0.5)
+        if W.shape != (d, d):
+            raise ValueError(f"W must have shape ({d}, {d}) (a matrix of the tokens' dimension), got {W.shape}")
+        return finite_result((self.basis.T @ (self.basis @ W.ravel())).reshape(W.shape), "the projection of W",
+                             "W is too large for float64: scale it down")
 
 
 def token_pairs(X, Z, relevant) -> TokenPairs:
     """The `TokenPairs` of tokens X (n, T, d), queries Z (n, d) and selected sets `relevant` (bool (n, T), e.g.
     `svm.general_svm(...).relevant`)."""
-    X, Z, O = np.asarray(X, dtype=float), np.asarray(Z, dtype=float), np.asarray(relevant, dtype=bool)
-    if X.ndim != 3 or Z.shape != (X.shape[0], X.shape[2]) or O.shape != X.shape[:2]:
-        raise ValueError(f"need X (n, T, d), Z (n, d) and relevant (n, T); got X {X.shape}, Z {Z.shape}, "
-                         f"relevant {O.shape}")
-    n, T = O.shape
+    X, Z = as_tensor(X, "X").detach().numpy(), as_tensor(Z, "Z").detach().numpy()
+    try:
+        O = relevant.detach().cpu().numpy() if torch.is_tensor(relevant) else np.asarray(relevant)
+    except (TypeError, ValueError):
+        O = np.asarray(None)
+    if X.ndim != 3 or 0 in X.shape or Z.shape != (X.shape[0], X.shape[2]) or O.shape != X.shape[:2]:
+        raise ValueError(f"need X (n, T, d) with n, T, d >= 1, Z (n, d) and relevant (n, T); got X {X.shape}, Z "
+                         f"{Z.shape}, relevant {O.shape}")
+    if O.dtype != bool:
+        raise TypeError(f"relevant must be a boolean mask (n, T) of the selected tokens, got dtype {O.dtype}")
+    n, T, d = X.shape
+    budget(n * T * T, "X", MAX_PAIRS, "token pairs (n T^2)")
+    _memory(n * T * T * d * d, "X")
     triples = [(i, t, tau) for i in range(n) for t in range(T) for tau in range(T) if O[i, t] and t != tau]
     inside = [(i, t, tau) for i, t, tau in triples if O[i, tau]]
     apart = [(i, t, tau) for i, t, tau in triples if not O[i, tau]]
-    A = {(i, t, tau): np.outer(X[i, t] - X[i, tau], Z[i]) for i, t, tau in triples}
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported just below
+        A = {(i, t, tau): np.outer(X[i, t] - X[i, tau], Z[i]) for i, t, tau in triples}
+    for matrix in A.values():
+        finite_result(matrix, "a token-pair matrix (x_it - x_itau) z_i^T", "X and Z are too large for float64: "
+                                                                           "scale them down")
     spanning = np.array([A[pair].ravel() for pair in inside]).reshape(-1, X.shape[2] ** 2)
     rank = np.linalg.matrix_rank(spanning) if len(inside) else 0
     basis = np.linalg.svd(spanning, full_matrices=False)[2][:rank] if rank else spanning[:0]
@@ -251,8 +301,10 @@ class TokenFates:
 def token_fates(paper: Runs, exact: Runs) -> TokenFates:
     """Follow each token (i, t) through the records of the same runs trained with paper A's step (`paper`) and
     with exact normalized steps (`exact`, e.g. `train_runs(d, seeds, eps=0)`)."""
-    if not np.array_equal(paper.seeds, exact.seeds):
-        raise ValueError("paper and exact must be the same runs (the same seeds, in the same order)")
+    paper, exact = _as_runs(paper, "paper"), _as_runs(exact, "exact")
+    if not np.array_equal(paper.seeds, exact.seeds) or paper.trajectory.probs.shape != exact.trajectory.probs.shape:
+        raise ValueError("paper and exact must be the same runs (the same seeds, in the same order, the same "
+                         "records)")
     s_paper, s_exact = paper.trajectory.probs, exact.trajectory.probs  # (records, batch, n, T)
     leaving = (s_paper[-1] >= RELEVANT) & (s_exact[-1] < RELEVANT)
     falling = leaving & (s_exact[-10:].diff(dim=0) < 0).all(0)
@@ -287,13 +339,23 @@ def lambda_sweep(lams, *, batch: int = 200, seed: int = 0, T: int = 6, steps: in
     """{lam: LambdaRuns} for each lam >= 0 of `lams`: normalized GD (lr 0.1, logistic loss, `steps` steps) with
     the head v^T a - lam ||a||^2 (lam = 0: the linear head) on the same `batch` sequences of T orthonormal tokens
     (`data.orthonormal_problem(T, seed=seed)`), all values of lam trained together in one batch."""
-    lams = [nonnegative_float(lam, f"lams[{k}]") for k, lam in enumerate(lams)]
+    items = lams.tolist() if isinstance(lams, (np.ndarray, torch.Tensor)) else lams
+    if not isinstance(items, (list, tuple, range)):
+        raise ValueError(f"lams must be a non-empty list of distinct numbers >= 0, got {lams!r}")
+    lams = [_nonnegative(lam, f"lams[{k}]") for k, lam in enumerate(items)]
     if not lams or len(set(lams)) != len(lams):
         raise ValueError(f"lams must be a non-empty list of distinct numbers >= 0, got {lams}")
-    one = data.orthonormal_problem(T, seed=seed, batch=positive_int(batch, "batch"))
+    batch, steps, T = positive_int(batch, "batch"), positive_int(steps, "steps"), positive_int(T, "T", minimum=2)
+    budget(steps, "steps", MAX_STEPS, "gradient steps")
+    _memory(len(lams) * batch * (T * T + 4 * T), "lams (their number), batch and T")
+    one = data.orthonormal_problem(T, seed=seed, batch=batch)
     problem = data.Problem(*(part.expand((len(lams),) + part.shape) for part in (one.X, one.Y, one.Z, one.v)))
     head = heads.Lambda(problem.v, torch.tensor(lams, dtype=torch.float64)[:, None])
-    run = train.gd(problem, steps=positive_int(steps, "steps"), lr=LR, head=head, record_every=steps)
+    try:
+        run = train.gd(problem, steps=steps, lr=LR, head=head, record_every=steps)
+    except FloatingPointError as err:
+        raise FloatingPointError(f"training overflowed float64 with lams={lams}: use smaller values of lam "
+                                 f"({err})") from err
     u = (one.X @ one.v[:, None, :, None])[..., 0]  # (batch, 1, T)
     sweep = {}
     for k, lam in enumerate(lams):

@@ -27,9 +27,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .checks import as_tensor, budget
+
 GAP_TOL = 1e-9  # stop when the relative duality gap and the relative residuals are all below this
 STALLED_TOL = 3e-9  # accept a problem whose iteration stalled (round-off) with errors below this
 MAX_ITER = 100
+MARGIN_TOL = 1e-6  # a solution with a margin below 1 - MARGIN_TOL (relative) has not converged (svm uses it too)
+MAX_FLOPS = 1e10  # K^3 per iteration (the Schur complement's Cholesky factor): larger problems are refused
 STEP_FRACTION = 0.98  # of the distance to the boundary of the cones
 JITTERS = (1e-13, 1e-11, 1e-9, 1e-7)  # tried in turn where round-off broke the Schur complement (times its size)
 
@@ -189,23 +193,79 @@ def _basis(vectors: np.ndarray) -> np.ndarray:
     return U[:, : np.sum(sigma > 1e-10 * sigma[0])]
 
 
+def _exponent(array: np.ndarray) -> int:
+    """The e with the largest |entry| of `array` in [2^(e-1), 2^e) (0 if there is none): multiplying by 2^-e
+    rounds nothing and brings the largest entry into [1/2, 1)."""
+    return int(np.frexp(np.abs(array).max(initial=0.0))[1])
+
+
+def _unscale(array: np.ndarray, exponent: int, what: str) -> np.ndarray:
+    """2^-exponent `array` (exact), or a FloatingPointError saying `what` float64 cannot hold: an overflow, or a
+    largest entry below the normal range (it would lose digits; with a normal largest entry, the entries that turn
+    subnormal keep an absolute accuracy of 2^-52 times it, as in float64 arithmetic)."""
+    if exponent == 0:
+        return array
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(array, -exponent)
+    top = np.abs(out).max(initial=0.0)
+    if not np.isfinite(top) or (top < np.finfo(float).smallest_normal and np.abs(array).max(initial=0.0) > 0):
+        raise FloatingPointError(f"{what} would be about 2^{_exponent(array) - exponent}, outside the range of "
+                                 f"float64: rescale the data (the result scales with a power of their scale) and keep "
+                                 f"the factor apart")
+    return out
+
+
+def _batch(value, name: str) -> np.ndarray:
+    """`value` as a float64 numpy array of shape (B, K, d), validated (finite, CPU, detached from autograd)."""
+    array = as_tensor(value, name).detach().numpy()
+    if array.ndim != 3:
+        raise ValueError(f"{name} must have shape (B, K, d) (B problems of K constraints in R^d), got {array.shape}")
+    return array
+
+
 def solve(deltas, queries):
     """Nuclear-norm Att-SVMs for a batch: deltas, queries (B, K, d) -> (W (B, d, d), y (B, K), converged (B,)),
     numpy arrays.
 
-    The problems must be feasible (check with the Frobenius solver first). `converged` is False where the
-    tolerance was not reached: within the iteration limit, or before round-off stalled the iteration (this
-    happens on nearly infeasible problems, whose solutions have huge norms).
+    The problems must be feasible (check with the Frobenius solver first, `svm.feasible`); a zero delta or query
+    (a constraint no W satisfies) raises ValueError. `converged` is False where the tolerance was not reached
+    (within the iteration limit, or before round-off stalled the iteration: this happens on nearly infeasible
+    problems, whose solutions have huge norms) or where a margin falls short of 1 by more than MARGIN_TOL; there
+    W and y are the last iterate, not a solution. FloatingPointError where the iteration diverged (an
+    infeasible problem) or float64 cannot hold the solution.
     """
-    deltas, queries = np.asarray(deltas, dtype=float), np.asarray(queries, dtype=float)
+    deltas, queries = _batch(deltas, "deltas"), _batch(queries, "queries")
+    if queries.shape != deltas.shape:
+        raise ValueError(f"queries must have the shape of deltas {deltas.shape} (one query per constraint), "
+                         f"got {queries.shape}")
     B, K, d = deltas.shape
+    if K < 1 or d < 1:
+        raise ValueError(f"deltas must hold K >= 1 constraints in R^d with d >= 1, got shape {deltas.shape}")
+    for name, array in (("deltas", deltas), ("queries", queries)):
+        zero = np.argwhere(~array.any(axis=-1))
+        if len(zero):
+            raise ValueError(f"{name}[{zero[0][0]}, {zero[0][1]}] is zero: its constraint <delta z^T, W> >= 1 holds "
+                             f"for no W (the problem is infeasible); remove that constraint")
+    budget(float(K) ** 3, "deltas", MAX_FLOPS, "floating-point operations per interior-point iteration (K^3)")
     W, y, converged = np.empty((B, d, d)), np.empty((B, K)), np.empty(B, dtype=bool)
     for b, (D, Q) in enumerate(zip(deltas, queries)):
+        # Scale by powers of two first (exact), so that no norm below overflows or underflows: the solution for
+        # D 2^-e1, Q 2^-e2 is 2^(e1 + e2) times that for D, Q (the constraints are bilinear in W's data).
+        e1, e2 = _exponent(D), _exponent(Q)
+        with np.errstate(under="ignore"):
+            D0, Q0 = np.ldexp(D, -e1), np.ldexp(Q, -e2)
         # Solve for unit-size data: with c = max ||delta_k|| max ||z_k||, W = W' / c and y = y' / c. Then every
         # ||delta_k z_k^T||_op <= 1, so ||W'||_* >= 1 and the tolerances are relative.
-        size_d, size_q = np.linalg.norm(D, axis=1).max(), np.linalg.norm(Q, axis=1).max()
-        D, Q = D / size_d, Q / size_q
+        size_d, size_q = np.linalg.norm(D0, axis=1).max(), np.linalg.norm(Q0, axis=1).max()
+        D, Q = D0 / size_d, Q0 / size_q
         U, V = _basis(D), _basis(Q)
-        M, y[b], converged[b] = _iterate(np.ascontiguousarray((D @ U).T), np.ascontiguousarray((Q @ V).T), MAX_ITER)
-        W[b], y[b] = U @ M @ V.T / (size_d * size_q), y[b] / (size_d * size_q)
+        M, y_b, done = _iterate(np.ascontiguousarray((D @ U).T), np.ascontiguousarray((Q @ V).T), MAX_ITER)
+        W_b = U @ M @ V.T / (size_d * size_q)
+        y_b = y_b / (size_d * size_q)
+        if not (np.isfinite(W_b).all() and np.isfinite(y_b).all()):
+            raise FloatingPointError(f"the interior-point method diverged on problem {b} of deltas, queries: the "
+                                     f"problem is probably infeasible (check with svm.feasible)")
+        converged[b] = done and np.einsum("kd,de,ke->k", D0, W_b, Q0).min() >= 1 - MARGIN_TOL
+        what = f"the solution for problem {b} of deltas, queries"
+        W[b], y[b] = _unscale(W_b, e1 + e2, what), _unscale(y_b, e1 + e2, what)
     return W, y, converged

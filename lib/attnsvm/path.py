@@ -7,14 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import choice, positive_float, positive_int
+from .checks import as_tensor, budget, positive_float, positive_int
 from .data import Problem
-from .gradients import weight_gradient
-from .initial import initial_parameters
-from .model import LOSSES, raw_logits, token_values
-from .model import loss as loss_of
+from .gradients import _weight_gradient
+from .initial import PARAMS, _seed, initial_parameters
+from .model import (_TRAINING, LOSSES, MAX_STEPS, _checked_problem, _finite, _logits, _memory_budget, _option,
+                    _outputs, _overflow, _risk, _token_values)
 
-PARAMS = ("W", "KQ")
+MAX_RADIUS = float(np.sqrt(np.finfo(np.float64).max))  # 1.3e154: the steps divide by R^2
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, refere
     W may carry extra leading dimensions (candidates). Only differences between values matter, and those
     stay accurate even when every probability off the reference is below float64 resolution.
     """
-    s = torch.softmax(raw_logits(problem, W), dim=-1)
+    s = torch.softmax(_logits(problem, W), dim=-1)
     best = scores.gather(-1, reference[..., None])
     return LOSSES[kind].excess(best[..., 0], (s * (best - scores)).sum(-1)).mean(-1)
 
@@ -58,6 +58,7 @@ def _nuclear_ball(W: torch.Tensor, R: float, m: int) -> tuple[torch.Tensor, torc
     return K @ Q.transpose(-2, -1), K, Q
 
 
+@torch.no_grad()  # the path is data, not a graph (whatever requires grad)
 def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int = 200, loss: str = "logistic",
                         m: int | None = None, seed: int = 0, candidates: int = 12) -> Path:
     """W_R = argmin_{||W||_F <= R} L(W) (param="W"), or (K_R, Q_R) = argmin_{||K||^2 + ||Q||^2 <= 2R} L(K Q^T)
@@ -70,19 +71,35 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
     halving step sizes scored by `_excess_loss`. Local methods on a non-convex problem: they follow one branch
     of minimizers, usually the global one when started at a small radius. Initialization as `gd`'s "uniform".
     """
-    choice(param, "param", PARAMS)
-    choice(loss, "loss", tuple(LOSSES))
-    radii = np.asarray([positive_float(R, "radii") for R in np.atleast_1d(radii)])
-    if radii.size == 0:
-        raise ValueError("radii must hold at least one radius")
-    if np.any(np.diff(radii) <= 0):
-        raise ValueError("radii must be increasing: the path is followed from the smallest radius up")
-    steps, candidates = positive_int(steps, "steps"), positive_int(candidates, "candidates")
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
+    param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
+    radii = _radii(radii)
+    steps, candidates, seed = positive_int(steps, "steps"), positive_int(candidates, "candidates"), _seed(seed)
     d = problem.d
     m = d if m is None else positive_int(m, "m")
+    budget(steps * radii.size * (candidates + 1), "steps * len(radii) * (candidates + 1)", MAX_STEPS,
+           "loss evaluations (gradient steps times step sizes tried)")
+    size, width = float(np.prod(problem.batch_shape, dtype=float)), min(m, d) if param == "KQ" else 0
+    _memory_budget((candidates + 1) * size * (d * d + problem.n * problem.T), "candidates")
+    _memory_budget(radii.size * size * (d * d + 2 * d * width + 1), "radii")
     start = initial_parameters(problem, param, "uniform", m, seed)
     W = start[0] if param == "W" else start[0] @ start[1].transpose(-2, -1)
-    u, scores = token_values(problem), problem.Y[..., None] * token_values(problem)
+    blame = f"radii up to {radii[-1]:.3g} are too large for this problem (or its tokens are)"
+    with _overflow("the path", blame, "pass smaller radii"):
+        records = _follow(problem, radii, W, param, steps, loss, m, candidates)
+    W, losses, K, Q = zip(*records)
+    W, losses = torch.stack(W), torch.stack(losses)
+    factors = {} if param == "W" else {"K": torch.stack(K), "Q": torch.stack(Q)}
+    for name, value in dict(W=W, loss=losses, **factors).items():
+        _finite(value, f"the path's {name}", blame, "pass smaller radii")
+    return Path(radii=radii, W=W, loss=losses, **factors)
+
+
+def _follow(problem: Problem, radii: np.ndarray, W: torch.Tensor, param: str, steps: int, loss: str, m: int,
+            candidates: int) -> list[tuple]:
+    """`regularization_path`'s (W, loss, K, Q) at each radius, from W."""
+    u = _token_values(problem, problem.v)
+    scores = problem.Y[..., None] * u
 
     def retract(W, R):
         """W moved back to the set of radius R (and the factors for "KQ")."""
@@ -96,7 +113,7 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
         W, K, Q = retract(W, R)
         step = torch.full(W.shape[:-2], 0.5, dtype=W.dtype, device=W.device)  # relative to R, adapted per problem
         for _ in range(steps):
-            G, _, grad = weight_gradient(problem, W, loss, values=u)
+            G, _, grad = _weight_gradient(problem, W, loss, values=u)
             if param == "W":  # the tangent part of the gradient on the sphere
                 G = G - (G * W).sum((-2, -1), keepdim=True) * W / R**2
             norm = G.norm(dim=(-2, -1), keepdim=True)
@@ -110,9 +127,25 @@ def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int
             step = torch.clamp(4 * taken, max=1.0)
         if param == "KQ":
             W, K, Q = _nuclear_ball(W, R, m)  # W = K Q^T, with the balanced factors
-        records.append((W, loss_of(problem, W, loss), K, Q))
-    W, losses, K, Q = zip(*records)
-    W, losses = torch.stack(W), torch.stack(losses)
-    if param == "W":
-        return Path(radii=radii, W=W, loss=losses)
-    return Path(radii=radii, W=W, loss=losses, K=torch.stack(K), Q=torch.stack(Q))
+        records.append((W, _risk(LOSSES[loss], problem, _outputs(problem, W, None)), K, Q))
+    return records
+
+
+def _radii(radii) -> np.ndarray:
+    """`radii` checked to be one radius or a 1-D list of increasing radii > 0, as a float64 array."""
+    if torch.is_tensor(radii):
+        radii = as_tensor(radii, "radii").detach().numpy()
+    try:
+        values = np.atleast_1d(np.asarray(radii, dtype=object))
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"radii must be a number or a list of numbers, got {type(radii).__name__}") from err
+    if values.ndim != 1:
+        raise ValueError(f"radii must be one radius or a 1-D list of radii, got an array of shape {values.shape}")
+    radii = np.asarray([positive_float(R, "radii") for R in values])
+    if radii.size == 0:
+        raise ValueError("radii must hold at least one radius")
+    if np.any(np.diff(radii) <= 0):
+        raise ValueError("radii must be increasing: the path is followed from the smallest radius up")
+    if radii[-1] > MAX_RADIUS:
+        raise ValueError(f"radii must be at most {MAX_RADIUS:.3g} (R^2 overflows float64 beyond), got {radii[-1]:.3g}")
+    return radii

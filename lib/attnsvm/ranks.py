@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from . import svm, theory
-from .checks import positive_int
+from .checks import budget, finite_result, positive_int
+from .data import _memory, _sizes, _workers
 from .session import worker_pool
 
 CHUNK_SEED_STRIDE = 10**6  # chunk j of a point has seed base + j * CHUNK_SEED_STRIDE (bases are below 10**6)
@@ -30,13 +31,22 @@ class Spectra(NamedTuple):
     draws: int
 
 
+def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
+    """The arguments of `feasible_problems`, checked (sizes, budgets), as ints."""
+    n, T, d = _sizes(n, T, d)
+    count, max_draws, chunk = (positive_int(value, name) for value, name in
+                               ((count, "count"), (max_draws, "max_draws"), (chunk, "chunk")))
+    budget(max_draws, "max_draws", theory.MAX_DRAWS, "random problems")
+    _memory(min(chunk, max_draws) * n * (T + 1) * d, "chunk (or max_draws), n, T and d")
+    _memory(min(count, max_draws) * 2 * d * d, "count and d")  # the solutions of the feasible problems
+    return n, T, d, count, max_draws, chunk
+
+
 def feasible_problems(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000):
     """The first `count` problems at (n, T, d) whose Att-SVM is feasible for the optimal tokens, drawn in chunks
     (see the module docstring), and at most `max_draws` draws. Returns (problems, alpha, draws) as
     `theory.sample_feasible` does; fewer than `count` problems when `max_draws` runs out first."""
-    n, T, d = (positive_int(value, name) for value, name in ((n, "n"), (T, "T"), (d, "d")))
-    count, max_draws, chunk = (positive_int(value, name) for value, name in
-                               ((count, "count"), (max_draws, "max_draws"), (chunk, "chunk")))
+    n, T, d, count, max_draws, chunk = _arguments(n, T, d, count, max_draws, chunk)
     base, parts, found, draws, j = 1000 * n + 100 * T + d, [], 0, 0, 0
     while found < count and draws < max_draws:
         size = min(chunk, max_draws - draws)
@@ -57,7 +67,9 @@ def spectra(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, 
     if len(alpha) == 0:
         return Spectra(np.zeros((2, 0, d)), draws)
     W = np.stack([svm.att_svm(problems.X, problems.Z, alpha, norm) for norm in ("fro", "nuc")])
-    return Spectra(np.linalg.svd(W, compute_uv=False), draws)
+    values = finite_result(np.linalg.svd(W, compute_uv=False), "the singular values", "the Att-SVM solutions "
+                                                                                       "overflow float64")
+    return Spectra(values, draws)
 
 
 def grid(points, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
@@ -65,12 +77,18 @@ def grid(points, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
     """`spectra` at every (n, T, d) of `points`, computed by `workers` processes (one: in this process); each
     point is a separate task, so two slow points can run at the same time."""
     try:
-        points = [tuple(point) for point in points]
+        points = [tuple(point) for point in points] if not isinstance(points, (str, bytes)) else []
     except TypeError:
         points = []
     if not points or any(len(point) != 3 for point in points):
         raise ValueError("points must be a non-empty list of (n, T, d) triples, e.g. [(5, 5, 10), (5, 5, 20)]")
-    workers = positive_int(workers, "workers")
+    for k, point in enumerate(points):  # here, before any work, so that the error names the argument
+        try:
+            _sizes(*point)
+        except ValueError as err:
+            raise ValueError(f"points[{k}]={point}: {err}") from None
+        _arguments(*point, count, max_draws, chunk)
+    workers = _workers(workers)
     point_spectra = partial(spectra, count=count, max_draws=max_draws, chunk=chunk)
     if workers == 1:
         return {point: point_spectra(*point) for point in points}

@@ -11,12 +11,15 @@ non-negative least squares ("nnls", Lawson and Hanson 1974, chapter 23, with the
 to machine precision) or by the interior-point solver Clarabel through cvxpy ("clarabel"); the
 nuclear-norm problem is a semidefinite program, solved by this library's interior-point method
 ("ipm", see `nuclear`), or by Clarabel ("clarabel") or SCS ("scs") through cvxpy.
+
+Scale: the solution for the data X / a, Z / b is a b times that for X, Z, and the solvers' absolute thresholds
+(MAX_NORM, the active-set polish) are meant for data of moderate scale. Data outside it are solved after an exact
+rescaling (see `_unit_scale`); a solution that float64 cannot hold raises FloatingPointError.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import nnls
@@ -24,11 +27,13 @@ from scipy.optimize import nnls
 import torch
 
 from . import nuclear
-from .checks import as_index, as_tensor, choice, require_shape
+from .checks import as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, require_shape
+from .nuclear import MARGIN_TOL, _exponent, _unscale  # MARGIN_TOL: relative slack allowed on a solution's margins
 
 SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("ipm", "clarabel", "scs")}  # the first is the default
 MAX_NORM = 1e6  # a feasible Att-SVM with a larger solution is reported as (numerically) infeasible
-MARGIN_TOL = 1e-6  # relative slack allowed on a returned solution's margins
+SCALES = (-6, 6)  # data of scale max|x| max|z| ~ 2^e with e in this range are solved as given (`_unit_scale`)
+MEMORY = 2**31  # bytes: a problem whose constraint matrix would need more is refused before any work
 
 
 class InfeasibleSVM(ValueError):
@@ -43,18 +48,60 @@ class SolverError(RuntimeError):
     """The convex solver did not reach an accurate optimum."""
 
 
-def _arrays(X, Z, alpha):
-    """Validate (X, Z, alpha) and return numpy arrays flattened over the batch, plus the batch shape."""
-    X = as_tensor(X, "X").cpu().numpy()
+def _numpy(value, name: str) -> np.ndarray:
+    """`value` validated by `checks.as_tensor` (numeric, finite, on the CPU) as a float64 numpy array, detached
+    from autograd (a tensor that requires grad is accepted)."""
+    return as_tensor(value, name).detach().numpy()
+
+
+def _option(value, name: str, options: tuple) -> str:
+    """`checks.choice` for string options; any other value (an array, a number) is refused by the same message."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} is not supported: choose one of {', '.join(map(repr, options))}")
+    return choice(value, name, options)
+
+
+def _arrays(X, Z, alpha, *, queries: bool = True):
+    """Validate (X, Z, alpha) and return numpy arrays flattened over the batch, plus the batch shape (with
+    queries=False, Z is ignored and None is returned for it)."""
+    X = _numpy(X, "X")
     if X.ndim < 3:
         raise ValueError(f"X must have shape (..., n, T, d) (n sequences of T tokens in R^d), got {X.shape}")
     *batch, n, T, d = X.shape
     if T < 2:
         raise ValueError(f"X must hold T >= 2 tokens per sequence (there is nothing to separate), got T={T}")
-    Z = as_tensor(Z, "Z")
-    require_shape(Z, "Z", tuple(batch) + (n, d), "one query token per sequence")
-    alpha = as_index(alpha, "alpha", tuple(batch) + (n,), T)
-    return X.reshape(-1, n, T, d), Z.cpu().numpy().reshape(-1, n, d), alpha.reshape(-1, n), tuple(batch)
+    if n < 1 or d < 1:
+        raise ValueError(f"X must hold n >= 1 sequences of tokens in R^d, d >= 1: got n={n}, d={d} (shape {X.shape})")
+    budget(8.0 * n * (T - 1) * d**2, "X", MEMORY, "bytes for the constraint matrix of one problem (n (T-1) d^2 "
+           "entries)")
+    try:
+        if queries:
+            Z = _numpy(Z, "Z")
+            require_shape(Z, "Z", tuple(batch) + (n, d), "one query token per sequence")
+        alpha = as_index(alpha, "alpha", tuple(batch) + (n,), T)
+    except ValueError as err:  # the expected shapes come from X's: say how X was read
+        raise ValueError(f"{err} (X of shape {X.shape} reads as batch {tuple(batch)}, n={n}, T={T}, d={d})") from None
+    return X.reshape(-1, n, T, d), Z.reshape(-1, n, d) if queries else None, alpha.reshape(-1, n), tuple(batch)
+
+
+def _unit_scale(*arrays):
+    """(arrays, e): the data of one problem, scaled by powers of two where their scale is extreme, and the exponent
+    e such that the solution for the given data is 2^-e times that for the returned ones.
+
+    Exact. Scaling X by 2^-a and Z by 2^-b multiplies every margin (x_alpha - x_t)^T W z by 2^-(a+b): W is feasible
+    for the scaled data if and only if 2^-(a+b) W is feasible for the given data, a bijection that multiplies every
+    norm by 2^-(a+b), so the minimizer for the given data is 2^-(a+b) times the one for the scaled data (the same
+    for the p-SVM and the head's SVM, linear in their data). A product by a power of two rounds nothing.
+    Data of scale 2^e (e: the sum of the arrays' exponents, `nuclear._exponent`) with e in SCALES, such as the
+    book's tokens of unit norm, are returned as they are (e = 0), so that their results do not change by a bit;
+    others are scaled to largest entries in [1/2, 1), the scale for which MAX_NORM and the polish's thresholds
+    are set (so that MAX_NORM bounds ||W|| max|x| max|z| there, and tiny data are no longer called infeasible).
+    """
+    exponents = [_exponent(array) for array in arrays]
+    if SCALES[0] <= sum(exponents) <= SCALES[1] and max(map(abs, exponents)) <= 64:
+        return arrays, 0
+    with np.errstate(under="ignore"):
+        return tuple(np.ldexp(array, -e) for array, e in zip(arrays, exponents)), sum(exponents)
 
 
 def _pairs(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray):
@@ -66,9 +113,19 @@ def _pairs(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray):
     return (X[rows, alpha][:, None, :] - X)[keep], np.repeat(Z, T - 1, axis=0)
 
 
-def constraint_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2)."""
-    deltas, queries = _pairs(X, Z, alpha)
+def constraint_matrix(X, Z, alpha) -> np.ndarray:
+    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2).
+    One problem: X (n, T, d), Z (n, d), alpha (n,)."""
+    Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
+    if batch:
+        raise ValueError(f"constraint_matrix takes one problem: X of shape (n, T, d), got {batch + Xs.shape[1:]}; "
+                         f"pass one problem of the batch, e.g. X[0], Z[0], alpha[0]")
+    (X, Z), e = _unit_scale(Xs[0], Zs[0])  # exact, and for data of extreme scale free of overflow
+    return _unscale(_rows(*_pairs(X, Z, alphas[0])), -e, "the constraint matrix of these X, Z")
+
+
+def _rows(deltas: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """The constraint matrix of validated pairs (`_pairs`): rows kron(delta_k, z_k), shape (K, d^2)."""
     return np.einsum("kd,ke->kde", deltas, queries).reshape(len(deltas), -1)
 
 
@@ -118,41 +175,77 @@ def _polish(A: np.ndarray, h: np.ndarray, lam: np.ndarray):
     return lam, A.T @ lam
 
 
-@lru_cache(maxsize=64)
-def _cvx_problem(norm: str, k: int, d: int, solver: str):
-    """A cvxpy Att-SVM with the constraint matrix as a parameter: compiled once per (norm, size, solver)."""
+def _solver_options(options, solver: str) -> dict:
+    """Validate the `options` of att_svm: a dict of settings for a cvxpy solver, or None."""
+    if options is None:
+        return {}
+    if solver in ("nnls", "ipm"):
+        raise ValueError("options apply to the cvxpy solvers only: pass solver='clarabel' or 'scs' with them")
+    if not isinstance(options, dict) or not all(isinstance(key, str) for key in options):
+        raise TypeError(f"options must be a dict of solver settings (names to values), got {options!r}")
+    if "solver" in options:
+        raise ValueError("options must not name the solver: pass solver='clarabel' or 'scs' instead")
+    for key in ("warm_start", "verbose"):  # cvxpy's own settings, which take any value
+        if key in options:
+            boolean(options[key], f"options[{key!r}]")
+    return options
+
+
+def _cvx_solver(norm: str, solver: str, k: int, d: int, options: dict):
+    """A function that solves the Att-SVM for one constraint matrix (k, d^2) with cvxpy: (w, multipliers), or
+    None where the solver certifies infeasibility.
+
+    Every call builds a new cvxpy problem (compiling it takes milliseconds), and att_svm makes one per call: a
+    problem kept between calls would carry their solver state (SCS's warm start, Clarabel's solver and settings),
+    so that a result would depend on the calls before it. Within one call of att_svm, SCS starts each instance of
+    the batch from the previous instance's solution (cvxpy's warm start; options={"warm_start": False} starts every
+    instance afresh); Clarabel always starts afresh (re-using its solver changes the result in the 8th digit).
+    Settings: tight tolerances by default (Clarabel: 1e-10 for the Frobenius QP, 1e-9 for the SDP, where its
+    default 1e-8 leaves margins short by 1e-7 on nearly infeasible problems); `options` override them.
+    """
     import cvxpy as cp  # here, not at the top: importing it takes a second that only the cvxpy solvers need
+
     A = cp.Parameter((k, d * d))
     W = cp.Variable((d, d))
     margin = A @ cp.vec(W, order="C") >= 1
     objective = 0.5 * cp.sum_squares(W) if norm == "fro" else cp.normNuc(W)
-    return cp.Problem(cp.Minimize(objective), [margin]), A, W, margin
-
-
-def _solve_cvx(A: np.ndarray, d: int, norm: str, solver: str, options: dict | None = None):
-    """Solve with cvxpy; returns (w, multipliers) or None when the solver certifies infeasibility.
-
-    options override the solver settings (by default tight tolerances, but Clarabel's own 1e-8 for the SDP,
-    where tighter ones fail).
-    """
-    import cvxpy as cp
-
-    problem, A_param, W, margin = _cvx_problem(norm, A.shape[0], d, solver)
-    A_param.value = A
+    problem = cp.Problem(cp.Minimize(objective), [margin])
     if solver == "clarabel":
-        settings = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10) if norm == "fro" else {}
-        problem.solve(solver=cp.CLARABEL, **{"max_iter": 500, **settings, **(options or {})})
+        tol = 1e-10 if norm == "fro" else 1e-9
+        settings = {"solver": cp.CLARABEL, "warm_start": False, "max_iter": 500, "tol_gap_abs": tol,
+                    "tol_gap_rel": tol, "tol_feas": tol, **options}
     else:
-        problem.solve(solver=cp.SCS, **{"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 100_000, **(options or {})})
-    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-        return None
-    if problem.status != cp.OPTIMAL:
-        raise SolverError(f"{solver} stopped with status {problem.status!r} on the {norm} Att-SVM; "
-                          f"try solver={_alternative(norm, solver)!r}")
-    w = W.value.reshape(-1)
-    if np.linalg.norm(w) > MAX_NORM:
-        return None
-    return w, np.maximum(margin.dual_value, 0.0)
+        settings = {"solver": cp.SCS, "warm_start": True, "eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 100_000,
+                    **options}
+
+    advice = f"try solver={_alternative(norm, solver)!r}" + (f" or other options than {options!r}" if options else "")
+
+    def solve(matrix: np.ndarray):
+        A.value = matrix
+        try:
+            problem.solve(**settings)
+        except cp.error.SolverError as err:
+            raise SolverError(f"{solver} failed on the {norm} Att-SVM ({err}); {advice}") from err
+        except (TypeError, ValueError, OverflowError) as err:  # a setting the solver does not know, or a value it
+            if not options:                                      # refuses
+                raise
+            kind = TypeError if isinstance(err, TypeError) else ValueError
+            raise kind(f"options {options!r} were refused by {solver}: {err}") from err
+        if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+            return None
+        if problem.status != cp.OPTIMAL:
+            raise SolverError(f"{solver} stopped with status {problem.status!r} on the {norm} Att-SVM; {advice}")
+        w = W.value.reshape(-1)
+        if np.linalg.norm(w) > MAX_NORM:
+            return None
+        return w, np.maximum(margin.dual_value, 0.0)
+    return solve
+
+
+def _with_margin(solve, A: np.ndarray):
+    """solve(A) = (w, multipliers) or None, with the smallest margin of w appended."""
+    solution = solve(A)
+    return None if solution is None else (*solution, (A @ solution[0]).min())
 
 
 def _alternative(norm: str, solver: str) -> str:
@@ -162,16 +255,16 @@ def _alternative(norm: str, solver: str) -> str:
 def _solve_ipm(instances, d: int):
     """Batched nuclear-norm solutions [(w, multipliers) or None if infeasible] by `nuclear.solve`."""
     pairs = [_pairs(*instance) for instance in instances]
-    feasible = [_least_distance(np.einsum("kd,ke->kde", *pair).reshape(len(pair[0]), -1)) is not None
-                for pair in pairs]
+    feasible = [_least_distance(_rows(*pair)) is not None for pair in pairs]
     solutions = [None] * len(pairs)
     chosen = [b for b, ok in enumerate(feasible) if ok]
     if chosen:
         W, y, converged = nuclear.solve(*(np.stack([pairs[b][j] for b in chosen]) for j in (0, 1)))
         for b, W_b, y_b, done in zip(chosen, W, y, converged):
-            A = np.einsum("kd,ke->kde", *pairs[b]).reshape(len(pairs[b][0]), -1)
+            A = _rows(*pairs[b])
             # the rare problem the IPM cannot finish (nearly infeasible, ||W|| huge) goes to Clarabel
-            solutions[b] = (W_b.reshape(-1), np.maximum(y_b, 0.0)) if done else _solve_cvx(A, d, "nuc", "clarabel")
+            solutions[b] = ((W_b.reshape(-1), np.maximum(y_b, 0.0)) if done
+                            else _cvx_solver("nuc", "clarabel", len(A), d, {})(A))
     return solutions
 
 
@@ -179,57 +272,83 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
             options: dict | None = None):
     """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
 
-    X (..., n, T, d) tokens, Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
+    X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
     norm: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained).
     solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (the library's interior-point method) for "nuc".
     return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
     A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
     options: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
-    {"eps_abs": 1e-4, "eps_rel": 1e-4} to see what a loose solver returns.
+    {"eps_abs": 1e-4, "eps_rel": 1e-4} to see what a loose solver returns. No result depends on earlier calls;
+    within a call, SCS warm-starts each instance of a batch from the previous one (see `_cvx_solver`).
     Every returned W satisfies all margins >= 1 exactly: a solution short by round-off (less than MARGIN_TOL,
     or anything with `options`) is scaled up; a larger shortfall raises SolverError.
-    Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists.
+    Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists, and
+    FloatingPointError where float64 cannot hold the solution (data of extreme scale).
     """
-    if options is not None and solver in (None, "nnls", "ipm"):
-        raise ValueError("options apply to the cvxpy solvers only: pass solver='clarabel' or 'scs' with them")
-    choice(norm, "norm", tuple(SOLVERS))
-    solver = SOLVERS[norm][0] if solver is None else choice(solver, "solver", SOLVERS[norm])
+    norm = _option(norm, "norm", tuple(SOLVERS))
+    solver = SOLVERS[norm][0] if solver is None else _option(solver, "solver", SOLVERS[norm])
+    return_multipliers = boolean(return_multipliers, "return_multipliers")
+    settings = _solver_options(options, solver)
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
     _, n, T, d = Xs.shape
-    instances = list(zip(Xs, Zs, alphas))
+    if norm == "nuc":
+        budget(float(n * (T - 1)) ** 3, "X", nuclear.MAX_FLOPS, "floating-point operations per interior-point "
+               "iteration ((n (T-1))^3)")
+    scaled = [_unit_scale(Xb, Zb) for Xb, Zb in zip(Xs, Zs)]
+    instances = [(Xb, Zb, ab) for ((Xb, Zb), _), ab in zip(scaled, alphas)]
+    # constraint_matrix by its public name, which tools/faults.py replaces; solutions: (w, multipliers, margin)
     if solver == "ipm":
-        solutions = _solve_ipm(instances, d)
-    elif solver == "nnls":
-        solutions = [_least_distance(constraint_matrix(*instance)) for instance in instances]
+        solutions = [None if solution is None else (*solution, (constraint_matrix(*instance) @ solution[0]).min())
+                     for instance, solution in zip(instances, _solve_ipm(instances, d))]
     else:
-        solutions = [_solve_cvx(constraint_matrix(*instance), d, norm, solver, options) for instance in instances]
+        solve = _least_distance if solver == "nnls" else _cvx_solver(norm, solver, n * (T - 1), d, settings)
+        solutions = [_with_margin(solve, constraint_matrix(*instance)) for instance in instances]
     infeasible = [b for b, solution in enumerate(solutions) if solution is None]
     if infeasible:
         where = f" for batch instances {infeasible}" if batch else ""
         raise InfeasibleSVM(
-            f"Att-SVM is infeasible{where}: no W separates the selected tokens alpha from the others with margin 1 "
-            f"(or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible for every alpha when "
-            f"d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. theory.optimal_tokens).",
+            f"Att-SVM is infeasible{where}: no W separates the selected tokens alpha of X from the others with "
+            f"margin 1 for the queries Z (or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible "
+            f"for every alpha when d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. "
+            f"theory.optimal_tokens).",
             infeasible)
-    for b, (instance, (w, lam)) in enumerate(zip(instances, solutions)):
-        smallest = (constraint_matrix(*instance) @ w).min()
+    Ws, lams = [], []
+    what = "the Att-SVM solution for these X, Z"
+    for (w, lam, smallest), (_, e), a in zip(solutions, scaled, alphas):
         if smallest < 1 - MARGIN_TOL and options is None:
             raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {smallest:.3g} < 1; "
                               f"try solver={_alternative(norm, solver)!r}")
         if smallest < 1:  # round-off (or a loose solver): scale up to satisfy every margin exactly
-            solutions[b] = (w / smallest, lam)
-    W = np.stack([w.reshape(d, d) for w, _ in solutions]).reshape(batch + (d, d))
+            w = w / smallest
+        Ws.append(_unscale(w.reshape(d, d), e, what))
+        if return_multipliers:  # they scale as W for the nuclear norm, as W^2 for the Frobenius norm (W = A^T lam)
+            lams.append(_scatter(_unscale(lam, e if norm == "nuc" else 2 * e, "the multipliers for X, Z"), a, T))
+    W = finite_result(np.array(Ws).reshape(batch + (d, d)), what, "rescale X or Z")
     if not return_multipliers:
         return W
-    lams = [_scatter(lam, a, T) for (_, lam), a in zip(solutions, alphas)]
-    return W, np.stack(lams).reshape(batch + (n, T))
+    return W, np.array(lams).reshape(batch + (n, T))
 
 
 def feasible(X, Z, alpha) -> np.ndarray:
     """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms): bool array of batch shape."""
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
-    flags = [_least_distance(constraint_matrix(*instance)) is not None for instance in zip(Xs, Zs, alphas)]
+    flags = [_least_distance(_rows(*_pairs(*_unit_scale(Xb, Zb)[0], ab))) is not None
+             for Xb, Zb, ab in zip(Xs, Zs, alphas)]
     return np.array(flags, dtype=bool).reshape(batch)
+
+
+def _flags(value, name: str, shape: tuple) -> np.ndarray:
+    """`value` as a bool numpy array of the given shape, else a TypeError/ValueError naming it."""
+    if torch.is_tensor(value):
+        if value.device.type != "cpu":
+            raise ValueError(f"{name} is on the device {value.device.type!r}: pass {name}.cpu()")
+        value = value.detach().numpy()
+    array = np.asarray(value)
+    if array.dtype != bool:
+        raise TypeError(f"{name} must hold booleans (True or False per sequence), got dtype {array.dtype}")
+    if array.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (one flag per sequence), got {array.shape}")
+    return array
 
 
 def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
@@ -239,28 +358,22 @@ def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
     relaxed: optional boolean (..., n): those sequences only need margin >= 0 (the relaxed p-SVM of joint
     training, where the sequences that are not support vectors of the head's SVM are relaxed).
     """
-    Xs, _, alphas, batch = _arrays(X, np.zeros(np.shape(X)[:-2] + np.shape(X)[-1:]), alpha)
+    Xs, _, alphas, batch = _arrays(X, None, alpha, queries=False)
     _, n, T, d = Xs.shape
-    key = as_tensor(key, "key").cpu().numpy()
-    require_shape(torch.as_tensor(key), "key", (d, d), "the fixed key-query matrix")
-    if relaxed is None:
-        relaxed = np.zeros((len(Xs), n), bool)
-    else:
-        relaxed = np.asarray(relaxed, bool)
-        if relaxed.shape != batch + (n,):
-            raise ValueError(f"relaxed must have shape {batch + (n,)} (one flag per sequence), got {relaxed.shape}")
-        relaxed = relaxed.reshape(len(Xs), n)
+    key = _numpy(key, "key")
+    require_shape(key, "key", (d, d), f"the fixed key-query matrix for the tokens of X in R^{d}")
+    relaxed = (np.zeros(batch + (n,), bool) if relaxed is None else _flags(relaxed, "relaxed", batch + (n,)))
     solutions = []
-    for b, (Xb, ab) in enumerate(zip(Xs, alphas)):
-        deltas, _ = _pairs(Xb @ key, np.zeros((n, d)), ab)
-        h = np.repeat(np.where(relaxed[b], 0.0, 1.0), T - 1)
-        solution = _least_distance(deltas, h)
+    for b, (Xb, ab, relaxed_b) in enumerate(zip(Xs, alphas, relaxed.reshape(len(Xs), n))):
+        (Xb, key_b), e = _unit_scale(Xb, key)
+        deltas, _ = _pairs(Xb @ key_b, np.zeros((n, d)), ab)
+        solution = _least_distance(deltas, np.repeat(np.where(relaxed_b, 0.0, 1.0), T - 1))
         if solution is None:
             raise InfeasibleSVM(f"the p-SVM is infeasible for batch instance {b}: no query separates the selected "
-                                f"keys; select other tokens", [b])
-        solutions.append(solution[0])
-    return np.stack(solutions).reshape(batch + (d,))
-
+                                f"keys (key^T x for the tokens alpha of X) from the others; select other tokens", [b])
+        solutions.append(finite_result(_unscale(solution[0], e, "the p-SVM solution for X, key"),
+                                       "the p-SVM solution for X, key", "rescale X or key"))
+    return np.array(solutions).reshape(batch + (d,))
 
 
 @dataclass(frozen=True)
@@ -277,24 +390,49 @@ class GeneralSVM:
     W_mm: np.ndarray  # (d, d)
 
     def combined(self, W_gd) -> np.ndarray:
-        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F."""
-        C = np.sum((np.asarray(W_gd) - self.W_fin) * self.W_mm) / np.sum(self.W_mm**2)
-        return self.W_fin + C * self.W_mm
+        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F; W_gd (d, d)."""
+        W_gd = _numpy(W_gd, "W_gd")
+        require_shape(W_gd, "W_gd", self.W_fin.shape, "a d x d matrix, e.g. the last iterate of gradient descent")
+        # W_mm scaled by a power of two (exact): its squares cannot overflow, and C W_mm is unchanged to the bit
+        unit = np.ldexp(self.W_mm, -_exponent(self.W_mm))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
+            C = np.sum((W_gd - self.W_fin) * unit) / np.sum(unit**2)
+            W = self.W_fin + C * unit
+        return finite_result(W, "W_fin + C W_mm for this W_gd", "pass a W_gd of smaller norm")
 
 
 def general_svm(X, Z, probs, *, threshold: float = 1e-3) -> GeneralSVM:
     """The general SVM of one problem, X (n, T, d), Z (n, d), from attention probabilities `probs` (n, T) (e.g.
-    the final softmax of gradient descent): O_i = {t : s_it >= threshold} (paper A's code uses 1e-3).
+    the final softmax of gradient descent; each row sums to 1): O_i = {t : s_it >= threshold} (paper A's code uses
+    1e-3), threshold in (0, 1].
 
-    Raises InfeasibleSVM if the directional part has no solution (or no token is masked anywhere).
+    Raises InfeasibleSVM if the finite part has no solution (the log-ratios of probs inside O_i are those of no
+    W) or the directional part has none (or no token is masked anywhere).
     """
-    X, Z = as_tensor(X, "X").cpu().numpy(), as_tensor(Z, "Z").cpu().numpy()
-    probs = as_tensor(probs, "probs").cpu().numpy()
+    X, Z, probs = _numpy(X, "X"), _numpy(Z, "Z"), _numpy(probs, "probs")
     if X.ndim != 3 or Z.shape != (X.shape[0], X.shape[2]) or probs.shape != X.shape[:2]:
         raise ValueError(f"general_svm takes one problem: X (n, T, d), Z (n, d), probs (n, T); got {X.shape}, "
                          f"{Z.shape}, {probs.shape}")
     n, T, d = X.shape
+    if n < 1 or T < 2 or d < 1:
+        raise ValueError(f"X must hold n >= 1 sequences of T >= 2 tokens (masking needs another token) in R^d, "
+                         f"d >= 1: got shape {X.shape}")
+    if isinstance(threshold, (str, bytes, bool, np.bool_)):
+        raise TypeError(f"threshold must be a number in (0, 1], got {threshold!r}")
+    threshold = positive_float(threshold, "threshold")
+    if threshold > 1:
+        raise ValueError(f"threshold must be a probability in (0, 1], got {threshold!r}")
+    if probs.min() < 0 or probs.max() > 1 or np.abs(probs.sum(-1) - 1).max() > 1e-5:
+        raise ValueError("probs must hold attention probabilities: entries in [0, 1], each row summing to 1 (a "
+                         "softmax over the T tokens of a sequence)")
     relevant = probs >= threshold
+    if not relevant.any(-1).all():
+        raise ValueError(f"probs[{np.flatnonzero(~relevant.any(-1))[0]}] has no entry >= threshold={threshold:g}: "
+                         f"every sequence keeps at least one token; lower threshold")
+    budget(8.0 * d**4, "X", MEMORY, "bytes for the projection onto the null space of the finite part (d^4 entries)")
+    budget(8.0 * d**2 * (relevant.sum(-1) * (~relevant).sum(-1)).sum(), "X", MEMORY,
+           "bytes for the directional constraints (kept x masked tokens, d^2 entries each)")
+    (X, Z), e = _unit_scale(X, Z)
     equal, logratio, apart = [], [], []
     for i in range(n):
         inside, outside = np.flatnonzero(relevant[i]), np.flatnonzero(~relevant[i])
@@ -303,33 +441,55 @@ def general_svm(X, Z, probs, *, threshold: float = 1e-3) -> GeneralSVM:
             equal.append(np.outer(X[i, t] - X[i, first], Z[i]).ravel())
             logratio.append(np.log(probs[i, t] / probs[i, first]))
         apart += [np.outer(X[i, t] - X[i, tau], Z[i]).ravel() for t in inside for tau in outside]
-    if not apart:
-        raise InfeasibleSVM("no token is masked (every s_it >= threshold): the directional part is undefined; "
-                            "train longer or lower `threshold`")
-    E = np.array(equal).reshape(-1, d * d)
-    w_fin = np.linalg.lstsq(E, np.array(logratio), rcond=None)[0] if len(E) else np.zeros(d * d)
+    apart = np.array(apart).reshape(-1, d * d)
+    if not len(apart):
+        raise InfeasibleSVM("no token is masked (every entry of probs >= threshold): the directional part is "
+                            "undefined; train longer or raise threshold")
+    E, logratio = np.array(equal).reshape(-1, d * d), np.array(logratio)
+    w_fin = np.linalg.lstsq(E, logratio, rcond=None)[0] if len(E) else np.zeros(d * d)
+    residual = np.abs(E @ w_fin - logratio).max(initial=0.0)
+    if residual > 1e-6 * max(1.0, np.abs(logratio).max(initial=0.0)):
+        raise InfeasibleSVM(f"the finite part of the general SVM has no solution: no W gives the log-ratios "
+                            f"log(s_it / s_itau) of probs inside O_i (least-squares residual {residual:.3g}); pass "
+                            f"probs that are a softmax of x_it^T W z_i for these X, Z")
     # Equality constraints E w = 0: solve in the null space of E, where ||w|| is unchanged.
     null = np.eye(d * d) - (np.linalg.pinv(E) @ E if len(E) else 0.0)
-    solution = _least_distance(np.array(apart) @ null)
+    solution = _least_distance(apart @ null)
     if solution is None:
         raise InfeasibleSVM("the directional part of the general SVM is infeasible: no W separates the relevant "
-                            "tokens from the masked ones with equal logits inside O_i")
-    return GeneralSVM(relevant, w_fin.reshape(d, d), (null @ solution[0]).reshape(d, d))
+                            "tokens of X (probs >= threshold) from the masked ones with equal logits inside O_i, "
+                            "for the queries Z")
+    w_mm = null @ solution[0]
+    if (apart @ w_mm).min() < 1 - MARGIN_TOL:
+        raise SolverError(f"the directional part of the general SVM has margin {(apart @ w_mm).min():.3g} < 1 "
+                          f"after the projection onto the null space of the finite part")
+    what = "the general SVM for these X, Z"
+    return GeneralSVM(relevant, *(finite_result(_unscale(w.reshape(d, d), e, what), what, "rescale X or Z")
+                                  for w in (w_fin, w_mm)))
 
 
 def head_svm(X, Y, alpha) -> tuple[np.ndarray, np.ndarray]:
     """The hard-margin SVM of the head on the selected tokens: v_mm = argmin ||v|| s.t. Y_i v^T x_{i,alpha_i} >= 1.
 
-    One problem: X (n, T, d), Y (n,), alpha (n,). Returns (v_mm (d,), support (n,) bool: the sequences on the
-    margin, the support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
+    One problem: X (n, T, d), Y (n,) labels +-1, alpha (n,). Returns (v_mm (d,), support (n,) bool: the sequences
+    on the margin, the support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
     """
-    X, Y = as_tensor(X, "X").cpu().numpy(), as_tensor(Y, "Y").cpu().numpy()
+    X, Y = _numpy(X, "X"), _numpy(Y, "Y")
     if X.ndim != 3 or Y.shape != X.shape[:1]:
         raise ValueError(f"head_svm takes one problem: X (n, T, d) and Y (n,), got {X.shape} and {Y.shape}")
-    alpha = as_index(alpha, "alpha", Y.shape, X.shape[1])
-    rows = Y[:, None] * X[np.arange(len(Y)), alpha]
+    if X.size == 0:
+        raise ValueError(f"X must hold n >= 1 sequences of T >= 1 tokens in R^d, d >= 1: got shape {X.shape}")
+    if not np.isin(Y, (-1.0, 1.0)).all():
+        raise ValueError(f"Y must hold labels +1 or -1, got {np.unique(Y)[:5]}")
+    try:
+        alpha = as_index(alpha, "alpha", Y.shape, X.shape[1])
+    except ValueError as err:  # the range comes from X's shape: say so
+        raise ValueError(f"{err} (X of shape {X.shape} holds T={X.shape[1]} tokens per sequence)") from None
+    (rows,), e = _unit_scale(Y[:, None] * X[np.arange(len(Y)), alpha])
     solution = _least_distance(rows)
     if solution is None:
-        raise InfeasibleSVM("the selected tokens are not linearly separable by their labels: no head v exists")
-    v, _ = solution
-    return v, np.abs(rows @ v - 1) <= 1e-9
+        raise InfeasibleSVM("the selected tokens X[i, alpha_i] are not linearly separable by their labels Y: no "
+                            "head v exists")
+    v = solution[0]
+    what = "the head SVM for this X"
+    return finite_result(_unscale(v, e, what), what, "rescale X"), np.abs(rows @ v - 1) <= 1e-9

@@ -35,19 +35,60 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from .checks import as_tensor, choice, positive_float, positive_int
+from .checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
+from .checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
 
 KINDS = ("paper", "sigmoid", "logistic", "squared")
 ATTENTIONS = ("softmax", "linear")
 _G1 = 0.25  # sup |g'| of the sigmoid g
 _G2 = 1.0 / (6.0 * math.sqrt(3.0))  # sup |g''| of the sigmoid g
+MAX_STEPS = 10**6  # optimizer steps or power iterations (each a batched autograd pass) one call may run
+MAX_RECORDS = 10**7  # losses `descend` keeps in memory
 
+
+# ------------------------------------------------------------------ argument checks (private)
 
 def _matrix(value, name: str) -> torch.Tensor:
     tensor = as_tensor(value, name)
     if tensor.ndim < 2:
         raise ValueError(f"{name} must be a matrix (..., rows, columns), got shape {tuple(tensor.shape)}")
     return tensor
+
+
+def _block(value, name: str) -> torch.Tensor:
+    """A row block A_{j0} (..., T, D) with T >= 1 tokens and D >= 1 columns."""
+    tensor = _matrix(value, name)
+    if 0 in tensor.shape:
+        raise ValueError(f"{name} must be a row block (..., T, d^2) with T >= 1 and d >= 1 and no empty batch "
+                         f"dimension, got shape {tuple(tensor.shape)}")
+    return tensor
+
+
+
+
+
+
+
+
+
+
+def _batch(*named) -> tuple:
+    """The broadcast batch shape of (name, batch shape) pairs, or a ValueError naming them."""
+    try:
+        return tuple(torch.broadcast_shapes(*(shape for _, shape in named)))
+    except RuntimeError as err:
+        shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape in named)
+        raise ValueError(f"the batch shapes do not broadcast ({shapes}): pass one batch shape, or 1 where it "
+                         f"is shared") from err
+
+
+def _finite(value, what: str, blame: str):
+    """`checks.finite_result` blaming the arguments in `blame` (never hand back NaN or inf)."""
+    return finite_result(value, what, f"{blame} (scale it down)")
+
+
+def _size(tensor: torch.Tensor) -> int:
+    return int(np.prod(tensor.shape, dtype=float))
 
 
 # ------------------------------------------------------------------ vec, mat, Kronecker
@@ -61,8 +102,8 @@ def vec(X) -> torch.Tensor:
 def mat(x, rows: int | None = None) -> torch.Tensor:
     """The inverse of `vec`: (..., p q) -> (..., p, q) with p = rows (default: square, p = q)."""
     x = as_tensor(x, "x")
-    if x.ndim < 1:
-        raise ValueError("x must be a vector (..., p q), got a scalar")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be a vector (..., p q) with p q >= 1 entries, got shape {tuple(x.shape)}")
     size = x.shape[-1]
     if rows is None:
         rows = math.isqrt(size)
@@ -78,8 +119,10 @@ def kron(A1, A2) -> torch.Tensor:
     """Batched Kronecker product: entry ((i1 n2 + i2), (j1 d2 + j2)) is A1[i1, j1] A2[i2, j2] (0-based)."""
     A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
     (n1, d1), (n2, d2) = A1.shape[-2:], A2.shape[-2:]
+    batch = _batch(("A1", A1.shape[:-2]), ("A2", A2.shape[:-2]))
+    _memory(np.prod(batch, dtype=float) * n1 * n2 * d1 * d2, "A1 and A2 (their Kronecker product)")
     K = torch.einsum("...ij,...kl->...ikjl", A1, A2)
-    return K.reshape(K.shape[:-4] + (n1 * n2, d1 * d2))
+    return _finite(K.reshape(K.shape[:-4] + (n1 * n2, d1 * d2)), "A1 kron A2", "A1 or A2 is too large")
 
 
 def kron_logits(A1, A2, X) -> torch.Tensor:
@@ -88,12 +131,15 @@ def kron_logits(A1, A2, X) -> torch.Tensor:
     if X.shape[-2:] != (A1.shape[-1], A2.shape[-1]):
         raise ValueError(f"X must have shape (..., {A1.shape[-1]}, {A2.shape[-1]}) (columns of A1 by columns of "
                          f"A2), got {tuple(X.shape)}")
-    return (kron(A1, A2) @ vec(X)[..., None])[..., 0]
+    _batch(("A1", A1.shape[:-2]), ("A2", A2.shape[:-2]), ("X", X.shape[:-2]))
+    return _finite((kron(A1, A2) @ vec(X)[..., None])[..., 0], "(A1 kron A2) vec(X)", "A1, A2 or X is too large")
 
 
 def row_block(A1, A2, j0: int) -> torch.Tensor:
     """A_{j0}: rows j0 n2 .. j0 n2 + n2 - 1 of A1 kron A2 (A2 is (n2, d2)), i.e. A1[j0] kron A2, (..., n2, d1 d2)."""
     A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
+    if A1.shape[-2] < 1:
+        raise ValueError(f"A1 must have at least one row (a query) to take a row block of, got shape {tuple(A1.shape)}")
     if isinstance(j0, bool) or not isinstance(j0, (int, np.integer)) or not 0 <= j0 < A1.shape[-2]:
         raise ValueError(f"j0 must be a query index in [0, {A1.shape[-2] - 1}] (a row of A1), got {j0!r}")
     return kron(A1[..., j0:j0 + 1, :], A2)
@@ -102,10 +148,11 @@ def row_block(A1, A2, j0: int) -> torch.Tensor:
 # ------------------------------------------------------------------ paper C's functions of x
 
 def _block_and_point(Aj, x):
-    Aj, x = _matrix(Aj, "Aj"), as_tensor(x, "x")
+    Aj, x = _block(Aj, "Aj"), as_tensor(x, "x")
     if x.ndim < 1 or x.shape[-1] != Aj.shape[-1]:
-        raise ValueError(f"x must have shape (..., {Aj.shape[-1]}) (x = vec(X) has as many entries as A_j0 has "
-                         f"columns), got {tuple(x.shape)}")
+        raise ValueError(f"x must have shape (..., {Aj.shape[-1]}) (x = vec(X) has as many entries as Aj, the "
+                         f"block A_j0, has columns), got {tuple(x.shape)}")
+    _batch(("Aj", Aj.shape[:-2]), ("x", x.shape[:-1]))
     return Aj, x
 
 
@@ -113,9 +160,15 @@ def _logits(Aj, x) -> torch.Tensor:
     return (Aj @ x[..., None])[..., 0]
 
 
+def _finite_logits(Aj, x) -> torch.Tensor:
+    """The logits A_{j0} x of checked arguments, refused (FloatingPointError) where they overflow."""
+    return _finite(_logits(Aj, x), "the logits A_j0 x", "Aj or x is too large")
+
+
 def u(Aj, x) -> torch.Tensor:
     """u(x) = exp(A_{j0} x), shape (..., T) (paper C, Definition 3.1)."""
-    return torch.exp(_logits(*_block_and_point(Aj, x)))
+    return finite_result(torch.exp(_finite_logits(*_block_and_point(Aj, x))), "u(x) = exp(A_j0 x)",
+                         "a logit A_j0 x exceeds 709: scale Aj or x down (f, the softmax, has no such limit)")
 
 
 def alpha(Aj, x) -> torch.Tensor:
@@ -125,7 +178,7 @@ def alpha(Aj, x) -> torch.Tensor:
 
 def f(Aj, x) -> torch.Tensor:
     """f(x) = alpha(x)^{-1} u(x), the softmax of the logits A_{j0} x, shape (..., T) (Definition 3.3)."""
-    return torch.softmax(_logits(*_block_and_point(Aj, x)), dim=-1)
+    return torch.softmax(_finite_logits(*_block_and_point(Aj, x)), dim=-1)
 
 
 def h(A3, Y, i0: int) -> torch.Tensor:
@@ -135,21 +188,37 @@ def h(A3, Y, i0: int) -> torch.Tensor:
         raise ValueError(f"Y must have {A3.shape[-1]} rows (the columns of A3), got shape {tuple(Y.shape)}")
     if isinstance(i0, bool) or not isinstance(i0, (int, np.integer)) or not 0 <= i0 < Y.shape[-1]:
         raise ValueError(f"i0 must be a column index of Y in [0, {Y.shape[-1] - 1}], got {i0!r}")
-    return (A3 @ Y[..., :, i0:i0 + 1])[..., 0]
+    _batch(("A3", A3.shape[:-2]), ("Y", Y.shape[:-2]))
+    return _finite((A3 @ Y[..., :, i0:i0 + 1])[..., 0], "h = A3 y_i0", "A3 or Y is too large")
 
 
 def attention_row(Aj, x, attention: str = "softmax") -> torch.Tensor:
     """The attention row: f(x) (softmax) or the unnormalized logits A_{j0} x (attention="linear")."""
-    choice(attention, "attention", ATTENTIONS)
-    return f(Aj, x) if attention == "softmax" else _logits(*_block_and_point(Aj, x))
+    _option(attention, "attention", ATTENTIONS)
+    return f(Aj, x) if attention == "softmax" else _finite_logits(*_block_and_point(Aj, x))
 
 
 def _arguments(Aj, x, hv, b):
     Aj, x = _block_and_point(Aj, x)
-    hv, b = as_tensor(hv, "h"), as_tensor(b, "b")
-    if hv.ndim < 1 or hv.shape[-1] != Aj.shape[-2]:
-        raise ValueError(f"h must have shape (..., {Aj.shape[-2]}) (one value per token), got {tuple(hv.shape)}")
+    hv, b = _values_and_target(Aj, hv, b)
+    _batch(("Aj", Aj.shape[:-2]), ("x", x.shape[:-1]), ("h", hv.shape[:-1]), ("b", b.shape))
     return Aj, x, hv, b
+
+
+def _values_and_target(Aj, hv, b, prefix: str = ""):
+    """h (..., T) and b (...) checked against A_j0 (..., T, D); `prefix` names their container ("instance.")."""
+    hv, b = as_tensor(hv, prefix + "h"), as_tensor(b, prefix + "b")
+    if hv.ndim < 1 or hv.shape[-1] != Aj.shape[-2]:
+        raise ValueError(f"{prefix}h must have shape (..., {Aj.shape[-2]}) (one value per token: {prefix}Aj has "
+                         f"{Aj.shape[-2]} rows), got {tuple(hv.shape)}")
+    _batch((prefix + "Aj", Aj.shape[:-2]), (prefix + "h", hv.shape[:-1]), (prefix + "b", b.shape))
+    return hv, b
+
+
+def _entries(*shapes) -> float:
+    """The number of entries of an array whose shape is the broadcast of `shapes` (batch) times the last one."""
+    *batch, tail = shapes
+    return float(np.prod(torch.broadcast_shapes(*batch), dtype=float) * np.prod(tail, dtype=float))
 
 
 def _outer(s, b, kind: str):
@@ -169,18 +238,20 @@ def _outer(s, b, kind: str):
 def loss(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
     """The loss of one entry (l0, j0, i0), shape (...): `kind` "paper" g(b s) (as written in paper C),
     "sigmoid" g(-b s), "logistic" log(1 + e^{-b s}) or "squared" (s - b)^2, with s = <row(x), h>."""
-    choice(kind, "kind", KINDS)
+    _option(kind, "kind", KINDS)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
     s = (attention_row(Aj, x, attention) * hv).sum(-1)
-    return _outer(s, b, kind)[0]
+    return _finite(_outer(s, b, kind)[0], "the loss", "Aj, x, h or b is too large")
 
 
 def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
     """The closed-form gradient dL/dx (..., d^2) by the chain rule: dL/ds A_{j0}^T (f o (h - <f, h>)) for softmax
     (the bracket in pairwise form, f_t sum_tau f_tau (h_t - h_tau)), dL/ds A_{j0}^T h for linear attention."""
-    choice(kind, "kind", KINDS)
-    choice(attention, "attention", ATTENTIONS)
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
+    _memory(_entries(Aj.shape[:-2], x.shape[:-1], hv.shape[:-1], b.shape, (Aj.shape[-2], Aj.shape[-2] + Aj.shape[-1])),
+            "Aj, x, h and b (the pairwise terms of the gradient)")
     row = attention_row(Aj, x, attention)
     s = (row * hv).sum(-1)
     if attention == "softmax":
@@ -188,7 +259,8 @@ def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax")
     else:
         inner = hv.expand(row.shape)
     slope = _outer(s, b, kind)[1]
-    return slope[..., None] * (inner[..., None, :] @ Aj)[..., 0, :]
+    return _finite(slope[..., None] * (inner[..., None, :] @ Aj)[..., 0, :], "the gradient dL/dx",
+                   "Aj, x, h or b is too large")
 
 
 def _logit_hessian(logits, hv, b, kind: str, attention: str) -> torch.Tensor:
@@ -209,10 +281,14 @@ def hessian(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") 
     """The closed-form Hessian d^2L/dx^2 (..., d^2, d^2) = A_{j0}^T H_a A_{j0}, with H_a the Hessian in the logits:
     L'' w w^T + L' (diag(w) - w f^T - f w^T), w = f o (h - <f, h>) (softmax), or L'' h h^T (linear attention),
     where L', L'' are the derivatives of the loss with respect to s = <row, h>."""
-    choice(kind, "kind", KINDS)
-    choice(attention, "attention", ATTENTIONS)
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
-    return Aj.mT @ _logit_hessian(_logits(Aj, x), hv, b, kind, attention) @ Aj
+    T, D = Aj.shape[-2:]
+    _memory(_entries(Aj.shape[:-2], x.shape[:-1], hv.shape[:-1], b.shape, (D * D + 2 * T * T + T * D,)),
+            "Aj, x, h and b (the Hessian is (..., d^2, d^2))")
+    return _finite(Aj.mT @ _logit_hessian(_finite_logits(Aj, x), hv, b, kind, attention) @ Aj,
+                   "the Hessian d^2L/dx^2", "Aj, x, h or b is too large")
 
 
 def paper_gradient(Aj, x, h, b) -> torch.Tensor:
@@ -224,7 +300,8 @@ def paper_gradient(Aj, x, h, b) -> torch.Tensor:
     first = ((fx * hv)[..., None, :] @ Aj)[..., 0, :]  # <f o A_{*,i}, h> for every column i
     second = (fx[..., None, :] @ Aj)[..., 0, :]  # <f, A_{*,i}>
     scale = torch.sigmoid(s) * (1 - torch.sigmoid(s)) * b
-    return scale[..., None] * (first - s[..., None] * second)
+    return _finite(scale[..., None] * (first - s[..., None] * second), "paper C's gradient",
+                   "Aj, x, h or b is too large")
 
 
 # ------------------------------------------------------------------ Lipschitz bounds
@@ -234,13 +311,31 @@ def log10_bound(T, R):
 
     T is the sentence length (paper C writes n^3). The lemma assumes R >= 4, ||A_{j0}|| <= R and
     ||A_{j0} x|| <= R."""
-    n_arr, R_arr = np.asarray(T, dtype=float), np.asarray(R, dtype=float)
+    n_arr, R_arr = _real_array(T, "T"), _real_array(R, "R")
     if not np.all(np.isfinite(R_arr)) or np.any(R_arr < 4):
         raise ValueError(f"R must be >= 4 (a hypothesis of Lemma 3.13), got {R!r}")
     if not np.all(np.isfinite(n_arr)) or np.any(n_arr < 1) or np.any(n_arr != np.round(n_arr)):
         raise ValueError(f"T must be a positive integer (the sentence length, paper C's n), got {T!r}")
-    value = np.log10(3) + 3 * np.log10(n_arr) + 7 * np.log10(R_arr) + 13 * R_arr ** 2 / np.log(10)
+    try:
+        np.broadcast_shapes(n_arr.shape, R_arr.shape)
+    except ValueError as err:
+        raise ValueError(f"T {n_arr.shape} and R {R_arr.shape} must broadcast against each other") from err
+    with np.errstate(over="ignore"):
+        value = np.log10(3) + 3 * np.log10(n_arr) + 7 * np.log10(R_arr) + 13 * R_arr ** 2 / np.log(10)
+    finite_result(value, "log10 M", "R is too large (13 R^2 overflows float64 from R = 1e154 on)")
     return float(value) if value.ndim == 0 else value
+
+
+def _real_array(value, name: str) -> np.ndarray:
+    """`value` as a float numpy array, refusing strings, bools, None and other non-numbers (TypeError)."""
+    if torch.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, int) and not isinstance(value, bool):  # beyond int64 numpy would make an object array
+        value = float(value) if abs(value) < 1e308 else float("inf")
+    array = np.asarray(value)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a number or an array of numbers, got {value!r}")
+    return array.astype(float)
 
 
 def lipschitz_bound(Aj, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
@@ -249,11 +344,14 @@ def lipschitz_bound(Aj, h, b, *, kind: str = "logistic", attention: str = "softm
     Softmax, with rho = max h - min h and A = ||A_{j0}||_2: |l''| b^2 A^2 rho^2 / 4 + |l'| |b| A^2 (5/4) rho, with
     sup |l'|, sup |l''| = 1, 1/4 (logistic) or 1/4, 1/(6 sqrt 3) (paper, sigmoid); squared: A^2 (rho^2 / 2 +
     (5/2) rho (max |h| + |b|)). Linear attention (exact): sup |l''| b^2 ||A_{j0}^T h||^2, with 2 for squared."""
-    choice(kind, "kind", KINDS)
-    choice(attention, "attention", ATTENTIONS)
-    Aj, hv, b = _matrix(Aj, "Aj"), as_tensor(h, "h"), as_tensor(b, "b")
-    if hv.ndim < 1 or hv.shape[-1] != Aj.shape[-2]:
-        raise ValueError(f"h must have shape (..., {Aj.shape[-2]}) (one value per token), got {tuple(hv.shape)}")
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
+    Aj = _block(Aj, "Aj")
+    hv, b = _values_and_target(Aj, h, b)
+    return _finite(_lipschitz_bound(Aj, hv, b, kind, attention), "the Lipschitz bound", "Aj, h or b is too large")
+
+
+def _lipschitz_bound(Aj, hv, b, kind: str, attention: str) -> torch.Tensor:
     second = {"logistic": 0.25, "paper": _G2, "sigmoid": _G2, "squared": 2.0}[kind]
     if attention == "linear":
         ATh = (hv[..., None, :] @ Aj)[..., 0, :].norm(dim=-1)
@@ -281,10 +379,11 @@ def random_instance(T: int, d: int, R: float, *, seed: int, batch: int | None = 
     """Gaussian A1, A2 (T, d), the block A_{j0} (j0 = 0) scaled to ||A_{j0}||_2 = R (the largest norm Lemma 3.13
     allows), Gaussian h scaled to ||h||_2 = h_norm (default R) and b = +-1 with probability 1/2."""
     T, d = positive_int(T, "T"), positive_int(d, "d")
-    R = positive_float(R, "R")
-    h_norm = R if h_norm is None else positive_float(h_norm, "h_norm")
+    R = _positive(R, "R")
+    h_norm = R if h_norm is None else _positive(h_norm, "h_norm")
     shape = () if batch is None else (positive_int(batch, "batch"),)
-    gen = torch.Generator().manual_seed(int(seed))
+    _memory(3 * np.prod(shape, dtype=float) * T * d * d, "T, d and batch (A_j0 is (batch, T, d^2))")
+    gen = torch.Generator().manual_seed(_seed(seed))
     A1 = torch.randn(shape + (T, d), generator=gen, dtype=torch.float64)
     A2 = torch.randn(shape + (T, d), generator=gen, dtype=torch.float64)
     Aj = row_block(A1, A2, 0)
@@ -292,13 +391,20 @@ def random_instance(T: int, d: int, R: float, *, seed: int, batch: int | None = 
     hv = torch.randn(shape + (T,), generator=gen, dtype=torch.float64)
     hv = hv * (h_norm / hv.norm(dim=-1, keepdim=True))
     b = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
+    for part, name in ((Aj, "A_j0"), (hv, "h")):
+        _finite(part, f"the instance's {name}", "R or h_norm is too large or too small")
     return Instance(Aj, hv, b)
 
 
-def _ball_radius(Aj, R) -> float:
-    R = positive_float(R, "R")
-    if torch.linalg.matrix_norm(Aj, ord=2).max() > R * (1 + 1e-12):
-        raise ValueError("||A_j0||_2 exceeds R: Lemma 3.13 assumes ||A_j0|| <= R (rescale A_j0 or raise R)")
+def _ball_radius(Aj, R, name: str = "Aj") -> float:
+    """R checked to be > 0 and at least ||A_{j0}||_2 (Lemma 3.13), with A_{j0} (called `name`) nonzero."""
+    R = _positive(R, "R")
+    norms = torch.linalg.matrix_norm(Aj.detach(), ord=2)
+    if not (norms > 0).all():
+        raise ValueError(f"{name} is zero (in at least one batch entry): no x moves the logits, so the R-ball is "
+                         f"all of R^(d^2); pass a nonzero A_j0")
+    if norms.max() > R * (1 + 1e-12):
+        raise ValueError(f"||A_j0||_2 exceeds R: Lemma 3.13 assumes ||A_j0|| <= R (rescale {name} or raise R)")
     return R
 
 
@@ -311,26 +417,56 @@ def _row_space_direction(Aj: torch.Tensor, shape: tuple, gen: torch.Generator) -
 def sample_ball(Aj, R: float, count: int, *, seed: int) -> torch.Tensor:
     """`count` random points x (count, ..., d^2) of the R-ball {x : ||A_{j0} x||_2 <= R} in the row space of A_{j0}
     (the other directions change no logit), with ||A_{j0} x|| uniform on [0, R]."""
-    Aj = _matrix(Aj, "Aj")
+    Aj = _block(Aj, "Aj")
     R, count = _ball_radius(Aj, R), positive_int(count, "count")
-    gen = torch.Generator().manual_seed(int(seed))
+    _memory(3.0 * count * Aj[..., 0, :].numel(), "count (count points of the ball per instance)")
+    gen = torch.Generator().manual_seed(_seed(seed))
     x = _row_space_direction(Aj, (count,), gen)
     radius = R * torch.rand((count,) + Aj.shape[:-2], generator=gen, dtype=torch.float64)
-    return x * (radius / _logits(Aj, x).norm(dim=-1))[..., None]
+    return _finite(x * (radius / _logits(Aj, x).norm(dim=-1))[..., None], "the points of the ball",
+                   "R / ||A_j0|| is too large (Aj is too small for R)")
 
 
 def into_ball(Aj, x, R: float) -> torch.Tensor:
     """x scaled towards 0 just enough that ||A_{j0} x|| <= R (the ball is convex and contains 0)."""
     Aj, x = _block_and_point(Aj, x)
-    norm = _logits(Aj, x).norm(dim=-1)
+    R = _positive(R, "R")
+    norm = _finite(_finite_logits(Aj, x).norm(dim=-1), "||A_j0 x||", "Aj or x is too large")
     return x * torch.clamp(R / norm.clamp_min(1e-300), max=1.0)[..., None]
+
+
+def _callable(function, name: str = "function") -> Callable:
+    if not callable(function):
+        raise TypeError(f"{name} must be a callable F(x) on torch tensors, got {type(function).__name__}")
+    return function
 
 
 def ratios(function: Callable, x1, x2) -> torch.Tensor:
     """Lipschitz ratios ||F(x1) - F(x2)|| / ||x1 - x2|| over the last dimension (F(x) vector-valued), shape (...)."""
+    _callable(function)
     x1, x2 = as_tensor(x1, "x1"), as_tensor(x2, "x2")
-    difference = function(x1) - function(x2)
-    return difference.reshape(difference.shape[:x1.ndim - 1] + (-1,)).norm(dim=-1) / (x1 - x2).norm(dim=-1)
+    if x1.ndim < 1 or x1.shape[-1] < 1:
+        raise ValueError(f"x1 must be points (..., D) with D >= 1, got shape {tuple(x1.shape)}")
+    if x2.shape != x1.shape:
+        raise ValueError(f"x2 must have the shape of x1, {tuple(x1.shape)} (one pair per point), got {tuple(x2.shape)}")
+    distance = _finite((x1 - x2).norm(dim=-1), "||x1 - x2||", "x1 or x2 is too large")
+    if not (distance > 0).all():
+        raise ValueError("x1 and x2 coincide at some point: the ratio divides by ||x1 - x2||, pass distinct points")
+    F1, F2 = (_function_value(function, x, name) for x, name in ((x1, "x1"), (x2, "x2")))
+    if F1.shape[:x1.ndim - 1] != x1.shape[:-1] or F2.shape != F1.shape:
+        raise ValueError(f"function must map points (..., D) to values (..., ...) with the same leading shape "
+                         f"{tuple(x1.shape[:-1])}, got {tuple(F1.shape)} and {tuple(F2.shape)}")
+    difference = F1 - F2
+    return _finite(difference.reshape(difference.shape[:x1.ndim - 1] + (-1,)).norm(dim=-1) / distance,
+                   "the Lipschitz ratios", "function's values are too large")
+
+
+def _function_value(function: Callable, x: torch.Tensor, name: str) -> torch.Tensor:
+    """function(x) as a finite float64 tensor, named "function(x1)" in errors."""
+    value = function(x)
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"function must return a tensor, got {type(value).__name__} from function({name})")
+    return as_tensor(value, f"function({name})")
 
 
 def hessian_norm(function: Callable, x, *, iterations: int = 30, seed: int = 0) -> torch.Tensor:
@@ -338,18 +474,29 @@ def hessian_norm(function: Callable, x, *, iterations: int = 30, seed: int = 0) 
 
     Power iteration with Hessian-vector products by double backward (torch.autograd); the result is
     ||H v|| for a unit v, which never exceeds ||H||_2 and converges to it."""
+    _callable(function)
     iterations = positive_int(iterations, "iterations")
+    budget(iterations, "iterations", MAX_STEPS, "power iterations (each a double backward pass)")
+    gen = torch.Generator().manual_seed(_seed(seed))
     x = as_tensor(x, "x").detach().requires_grad_(True)
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be points (..., D) with D >= 1, got shape {tuple(x.shape)}")
     with torch.enable_grad():
-        grad = torch.autograd.grad(function(x).sum(), x, create_graph=True)[0]
-        gen = torch.Generator().manual_seed(int(seed))
+        value = function(x)
+        if not (torch.is_tensor(value) and value.requires_grad and value.is_floating_point()):
+            raise TypeError("function must return a real torch tensor computed from x by differentiable torch "
+                            f"operations, got {type(value).__name__}")
+        _finite(value.detach(), "function(x)", "x is outside function's range")
+        grad = torch.autograd.grad(value.sum(), x, create_graph=True)[0]
         v = torch.randn(x.shape, generator=gen, dtype=torch.float64)
         v = v / v.norm(dim=-1, keepdim=True)
-        for _ in range(iterations):
-            Hv = torch.autograd.grad((grad * v).sum(), x, retain_graph=True)[0]
+        norm = torch.zeros(x.shape[:-1], dtype=torch.float64)
+        for _ in range(iterations if grad.requires_grad else 0):  # a gradient constant in x: Hessian 0
+            Hv = torch.autograd.grad((grad * v).sum(), x, retain_graph=True, allow_unused=True)[0]
+            Hv = torch.zeros_like(x) if Hv is None else Hv
             norm = Hv.norm(dim=-1)
             v = Hv / norm.clamp_min(1e-300)[..., None]
-    return norm.detach()
+    return _finite(norm.detach(), "the Hessian norm", "function's Hessian at x is too large")
 
 
 class Estimate(NamedTuple):
@@ -366,23 +513,63 @@ def empirical_lipschitz(instance: Instance, R: float, *, kind: str = "logistic",
     pairs: `points` far pairs (independent random points) and `points` close pairs (a step of relative size
     `close` in a random direction of the row space); power: `hessian_norm` at the same `points` points. Every
     pair lies in the convex ball, so each ratio is at most the constant; so is each Hessian norm."""
-    choice(kind, "kind", KINDS)
-    choice(attention, "attention", ATTENTIONS)
-    Aj, hv, b = _matrix(instance.Aj, "Aj"), as_tensor(instance.h, "h"), as_tensor(instance.b, "b")
-    R, close = _ball_radius(Aj, R), positive_float(close, "close")
-    x = sample_ball(Aj, R, 2 * positive_int(points, "points"), seed=seed)
-    x, far = x[:points], x[points:]
-    gen = torch.Generator().manual_seed(int(seed) + 1)
-    step = close * R / torch.linalg.matrix_norm(Aj, ord=2)[..., None]
-    near = into_ball(Aj, x + step * _row_space_direction(Aj, (points,), gen), R)
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
+    Aj, hv, b = _instance(instance)
+    R, close = _ball_radius(Aj, R, "instance.Aj"), _positive(close, "close")
+    if close > 1:
+        raise ValueError(f"close must be a relative step size in (0, 1] (the close pairs' distance over R / ||A_j0||), "
+                         f"got {close!r}")
+    points, seed = positive_int(points, "points"), _seed(seed)
+    iterations = positive_int(iterations, "iterations")
+    _memory(16.0 * points * _entries(Aj.shape[:-2], hv.shape[:-1], b.shape, (Aj.shape[-2] * sum(Aj.shape[-2:]),)),
+            "points (the sampled points of every instance, with their autograd graphs)")
+    with _blaming("instance or R"):
+        x = sample_ball(Aj, R, 2 * points, seed=seed)
+        x, far = x[:points], x[points:]
+        gen = torch.Generator().manual_seed(int(seed) + 1)
+        step = close * R / torch.linalg.matrix_norm(Aj, ord=2)[..., None]
+        near = into_ball(Aj, x + step * _row_space_direction(Aj, (points,), gen), R)
+        if not ((near - x).norm(dim=-1) > 0).all():
+            raise ValueError(f"close={close!r} gives close pairs lost in round-off (x + step == x): pass a larger "
+                             f"close")
 
-    def grad(z):
-        return gradient(Aj, z, hv, b, kind=kind, attention=attention)
+        def grad(z):
+            return gradient(Aj, z, hv, b, kind=kind, attention=attention)
 
-    pairs = torch.maximum(ratios(grad, x, far), ratios(grad, x, near)).max(0).values
-    power = hessian_norm(lambda z: loss(Aj, z, hv, b, kind=kind, attention=attention), x,
-                         iterations=iterations, seed=seed + 2).max(0).values
+        pairs = torch.maximum(ratios(grad, x, far), ratios(grad, x, near)).max(0).values
+        power = hessian_norm(lambda z: loss(Aj, z, hv, b, kind=kind, attention=attention), x,
+                             iterations=iterations, seed=seed + 2).max(0).values
     return Estimate(pairs, power)
+
+
+def _instance(instance) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An `Instance` (or a triple (Aj, h, b)) checked: A_{j0} (..., T, D), h (..., T), b (...), named instance.*;
+    detached (the searches below are not differentiated with respect to the instance)."""
+    if not (isinstance(instance, (tuple, list)) and len(instance) == 3):
+        raise TypeError(f"instance must be a tensor.Instance (Aj, h, b), e.g. tensor.random_instance(T, d, R, "
+                        f"seed=0), got {type(instance).__name__}")
+    Aj = _block(instance[0], "instance.Aj")
+    hv, b = _values_and_target(Aj, instance[1], instance[2], prefix="instance.")
+    if torch.broadcast_shapes(Aj.shape[:-2], hv.shape[:-1], b.shape) != Aj.shape[:-2]:
+        raise ValueError(f"instance.h {tuple(hv.shape)} and instance.b {tuple(b.shape)} must not add batch dimensions "
+                         f"to instance.Aj's {tuple(Aj.shape[:-2])}: one instance per A_j0")
+    return Aj.detach(), hv.detach(), b.detach()
+
+
+class _blaming:
+    """A context in which an overflow (FloatingPointError) is re-raised naming the caller's arguments `names`."""
+
+    def __init__(self, names: str):
+        self.names = names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is FloatingPointError and self.names not in str(error):
+            raise FloatingPointError(f"{error} [the call's {self.names} lead to values beyond float64]") from error
+        return False
 
 
 class Ascent(NamedTuple):
@@ -405,12 +592,16 @@ def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", at
     each step. The result is the largest ||M(c)|| (exact, by eigvalsh) over the final and the best points of all
     starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
     ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}."""
-    choice(kind, "kind", KINDS)
-    choice(attention, "attention", ATTENTIONS)
-    Aj, hv, b = _matrix(instance.Aj, "Aj"), as_tensor(instance.h, "h"), as_tensor(instance.b, "b")
-    R = _ball_radius(Aj, R)
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
+    Aj, hv, b = _instance(instance)
+    R = _ball_radius(Aj, R, "instance.Aj")
     starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
-    lr = positive_float(lr, "lr")
+    budget(steps, "steps", MAX_STEPS, "Adam steps")
+    lr, seed = _positive(lr, "lr"), _seed(seed)
+    T, k = Aj.shape[-2], min(Aj.shape[-2:])
+    _memory(16.0 * (starts + 1) * _entries(Aj.shape[:-2], hv.shape[:-1], b.shape, (T * (T + k),)),
+            "starts (the ascent keeps (starts + 1) Hessians per instance, with their autograd graphs)")
     U, S, Vh = torch.linalg.svd(Aj, full_matrices=False)  # (..., T, k), (..., k), (..., k, D)
     keep = (S > S[..., :1] * 1e-12).to(torch.float64)  # the directions that move the logits
     S = S * keep
@@ -427,6 +618,7 @@ def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", at
     def project(z):
         return z * torch.clamp(R / (z * keep).norm(dim=-1).clamp_min(1e-300), max=1.0)[..., None]
 
+    _finite(M(project(c)), "the Hessian at the starting points", "instance or R is too large")
     c, e = project(c).requires_grad_(True), e.requires_grad_(True)
     best = torch.full(c.shape[:-1], -1.0, dtype=torch.float64)
     best_c = c.detach().clone()
@@ -443,7 +635,13 @@ def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", at
             with torch.no_grad():
                 c.copy_(project(c))
     candidates = torch.cat([best_c, c.detach()])
-    norms = torch.linalg.eigvalsh(M(candidates)).abs().max(-1).values
+    if not torch.isfinite(candidates).all():
+        raise FloatingPointError(f"the ascent diverged (a point of the ball became NaN or infinite): lower lr or R "
+                                 f"(each Adam step moves about lr R; got lr={lr!r}, R={R!r}), or scale the instance "
+                                 f"down (the squared Hessians it climbs overflow float64)")
+    blame = "instance or R is too large"
+    norms = _finite(torch.linalg.eigvalsh(_finite(M(candidates), "the Hessians in the ball", blame)).abs()
+                    .max(-1).values, "the Hessian norms", blame)
     index = norms.argmax(0)
     c_best = candidates.gather(0, index[None, ..., None].expand((1,) + candidates.shape[1:]))[0] * keep
     point = (Vh.mT @ (c_best / torch.where(keep > 0, S, torch.ones_like(S)))[..., None])[..., 0]
@@ -454,25 +652,72 @@ def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logis
             attention: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
     """Plain gradient descent x <- x - lr dL/dx on one loss entry from x0 (..., d^2): the losses (steps + 1, ...)
     and the final point. With lr <= 1 / (a Lipschitz constant of the gradient) every step decreases the loss."""
-    lr, steps = positive_float(lr, "lr"), positive_int(steps, "steps", minimum=0)
-    Aj, hv, b = instance
-    x = as_tensor(x0, "x0")
-    losses = [loss(Aj, x, hv, b, kind=kind, attention=attention)]
-    for _ in range(steps):
-        x = x - lr * gradient(Aj, x, hv, b, kind=kind, attention=attention)
-        losses.append(loss(Aj, x, hv, b, kind=kind, attention=attention))
+    _option(kind, "kind", KINDS)
+    _option(attention, "attention", ATTENTIONS)
+    lr, steps = _positive(lr, "lr"), positive_int(steps, "steps", minimum=0)
+    budget(steps, "steps", MAX_RECORDS, "steps (one loss kept per step)")
+    Aj, hv, b = _instance(instance)
+    x = as_tensor(x0, "x0").detach()
+    if x.ndim < 1 or x.shape[-1] != Aj.shape[-1]:
+        raise ValueError(f"x0 must have shape (..., {Aj.shape[-1]}) (a point x = vec(X) per instance), got "
+                         f"{tuple(x.shape)}")
+    _batch(("instance", Aj.shape[:-2]), ("x0", x.shape[:-1]))
+    with _blaming("instance or x0"):
+        losses = [loss(Aj, x, hv, b, kind=kind, attention=attention)]
+    for k in range(steps):
+        try:
+            x = x - lr * gradient(Aj, x, hv, b, kind=kind, attention=attention)
+            if not torch.isfinite(x).all():
+                raise FloatingPointError("x overflowed float64")
+            losses.append(loss(Aj, x, hv, b, kind=kind, attention=attention))
+        except FloatingPointError as err:
+            raise FloatingPointError(f"descend diverged at step {k + 1} ({err}): lower lr (got {lr!r})") from err
     return torch.stack(losses), x
 
 
 # ------------------------------------------------------------------ the chapter's studies (E7.3, E7.4)
 
 def _values(values, name: str, convert: Callable) -> list:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a list of numbers, got {values!r}")
+    if torch.is_tensor(values) or isinstance(values, np.ndarray):
+        values = values.tolist() if values.ndim == 1 else [values]  # a 0-d or 2-d array is not a list: refused
     values = [convert(value, name) for value in values]
     if not values:
         raise ValueError(f"{name} must not be empty")
+    budget(len(values), name, 10**4, "grid values")
     return values
+
+
+def _radius(value, name: str) -> float:
+    """A radius R > 0 of a study: R also seeds its instances (seed=int(R)), which must fit torch's generator."""
+    R = _positive(value, name)
+    if R >= 2**62:
+        raise ValueError(f"{name} must hold radii below 2**62 (each R also seeds its instances, seed=int(R)), got "
+                         f"{value!r}")
+    return R
+
+
+def _study_budget(T: int, d: int, cells: int, batch: int, points: int, starts: int, work: int, names: str) -> None:
+    """Refuse a study whose largest cell needs more than MAX_BYTES, or whose grid would run for hours."""
+    per_point = T * (T + d * d)
+    _memory(16.0 * batch * max(points, starts + 1) * per_point + 3.0 * batch * T * d * d, names)
+    budget(float(cells) * batch * work * per_point, names, 1e10, "floating-point operations (about)")
+
+
+class _cell:
+    """A context re-raising an overflow in a study's cell (T, R) with the cell and the arguments to change."""
+
+    def __init__(self, where: str, names: str):
+        self.where, self.names = where, names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is FloatingPointError:
+            raise FloatingPointError(f"{error} [at {self.where}: use smaller {self.names}]") from error
+        return False
 
 
 class Study(NamedTuple):
@@ -492,17 +737,30 @@ def gap_study(sizes, radii, *, d: int = 3, batch: int = 20, kind: str = "paper",
     `iterations` power steps) and ascent (`max_hessian_norm`, `starts` starts of `steps` steps), both with
     seed int(R), and by `lipschitz_bound`."""
     sizes = _values(sizes, "sizes", positive_int)
-    radii = _values(radii, "radii", positive_float)
-    log10_M = np.array([[log10_bound(T, R) for R in radii] for T in sizes])  # checks R >= 4
+    radii = _values(radii, "radii", _radius)
+    if min(radii) < 4:
+        raise ValueError(f"radii: R must be >= 4 for every R in radii (a hypothesis of Lemma 3.13), got "
+                         f"{min(radii)!r}")
+    d, batch, points = positive_int(d, "d"), positive_int(batch, "batch"), positive_int(points, "points")
+    iterations, starts = positive_int(iterations, "iterations"), positive_int(starts, "starts")
+    steps = positive_int(steps, "steps", minimum=0)
+    _option(kind, "kind", KINDS)
+    _study_budget(max(sizes), d, len(sizes) * len(radii), batch, points, starts,
+                  points * (iterations + 4) + (starts + 1) * (steps + 2),
+                  "sizes, radii, d, batch, points, iterations, starts and steps")
+    with _cell("the grid", "radii"):
+        log10_M = np.array([[log10_bound(T, R) for R in radii] for T in sizes])
     sampled, found, ours = [], [], []
     for T in sizes:
         for R in radii:
-            instance = random_instance(T, d, R, seed=T, batch=batch)
-            estimate = empirical_lipschitz(instance, R, kind=kind, points=points, iterations=iterations,
-                                           seed=int(R))
-            sampled.append(torch.maximum(estimate.pairs, estimate.power))
-            found.append(max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value)
-            ours.append(lipschitz_bound(*instance, kind=kind))
+            with _cell(f"T={T}, R={R}", "radii"):
+                instance = random_instance(T, d, R, seed=T, batch=batch)
+                estimate = empirical_lipschitz(instance, R, kind=kind, points=points, iterations=iterations,
+                                               seed=int(R))
+                sampled.append(torch.maximum(estimate.pairs, estimate.power))
+                found.append(max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps,
+                                              seed=int(R)).value)
+                ours.append(lipschitz_bound(*instance, kind=kind))
     shape = (len(sizes), len(radii), -1)
     return Study(*(torch.stack(t).reshape(shape) for t in (sampled, found, ours)), log10_M)
 
@@ -522,14 +780,25 @@ def attention_study(radii, kind: str, *, T: int = 5, d: int = 3, batch: int = 50
     h_norm=h_norm)` (||h|| = R by default), the Lipschitz constant of the gradient of loss `kind` over the R-ball
     for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and
     ascent as a check)."""
-    radii = _values(radii, "radii", positive_float)
-    choice(kind, "kind", KINDS)
+    radii = _values(radii, "radii", _radius)
+    _option(kind, "kind", KINDS)
+    T, d, batch = positive_int(T, "T"), positive_int(d, "d"), positive_int(batch, "batch")
+    starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
+    h_norm = None if h_norm is None else _positive(h_norm, "h_norm")
+    _study_budget(T, d, len(radii), batch, 1, starts, (starts + 1) * (steps + 2) + 16,
+                  "radii, T, d, batch, starts and steps")
     columns = []
     for R in radii:
-        instance = random_instance(T, d, R, seed=int(R), batch=batch, h_norm=h_norm)
-        columns.append((
-            max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value,
-            lipschitz_bound(*instance, kind=kind),
-            lipschitz_bound(*instance, kind=kind, attention="linear"),
-            max_hessian_norm(instance, R, kind=kind, starts=1, steps=5, attention="linear").value))
+        with _cell(f"R={R}", "radii or h_norm"):
+            instance = random_instance(T, d, R, seed=int(R), batch=batch, h_norm=h_norm)
+            columns.append((
+                max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value,
+                lipschitz_bound(*instance, kind=kind),
+                lipschitz_bound(*instance, kind=kind, attention="linear"),
+                max_hessian_norm(instance, R, kind=kind, starts=1, steps=5, attention="linear").value))
     return Comparison(*(torch.stack(column) for column in zip(*columns)))
+
+
+def _seed(value, name: str = "seed") -> int:
+    """A seed torch's generator takes with room for the derived seed + 1, seed + 2."""
+    return _checked_seed(value, name, below=2**62)

@@ -6,16 +6,70 @@ import numpy as np
 import torch
 
 from . import data, svm
-from .checks import as_index, as_tensor, choice, positive_int
-from .data import Problem
-from .model import attention, logits, queries, token_values
+from .checks import as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
+from .data import Problem, _as_problem, _memory, _real, _seed, _sizes
+from .model import attention, logits, queries, token_values, weights
 
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
+MAX_DRAWS = 10**7  # sample_feasible draws at most this many random problems
+OVERFLOW = "the logits x_it^T W z_i of problem and W overflow float64: scale problem.X, problem.Z or W down"
+
+
+def _with_queries(problem) -> Problem:
+    """`problem` checked to be a Problem with query tokens Z (paper A's model)."""
+    if _as_problem(problem).Z is None:
+        raise ValueError("problem has no query tokens Z (a prompt-model problem, trained by train.gd_prompt): this "
+                         "function needs the queries z_i of paper A's model; build the Problem with Z")
+    return problem
+
+
+def _array(value, name: str) -> np.ndarray:
+    """`value` as a numpy array (a CPU tensor detached), or a TypeError naming it (ragged lists, objects)."""
+    if torch.is_tensor(value):
+        if value.device.type != "cpu":
+            raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
+                             f"{name}.cpu()")
+        return value.detach().numpy()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be an array of integer token indices, got {type(value).__name__}") from err
+
+
+def _selection(problem: Problem, alpha) -> torch.Tensor:
+    """`alpha` checked to hold one token index per sequence of `problem`, as a long tensor (..., n)."""
+    shape = problem.batch_shape + (problem.n,)
+    return torch.as_tensor(as_index(_array(alpha, "alpha"), "alpha", shape, problem.T), device=problem.X.device)
+
+
+def _margins(problem: Problem, alpha: torch.Tensor, W) -> torch.Tensor:
+    """The margins of `margins`, as a tensor (unchecked for overflow); W may have extra leading dimensions."""
+    scores = logits(problem, W).detach()
+    return scores.gather(-1, alpha.expand(scores.shape[:-1])[..., None]) - scores
+
+
+def _normalized_inner(A: torch.Tensor, B: torch.Tensor, dims, zero: str) -> np.ndarray:
+    """<A, B> / (||A|| ||B||) over `dims` (numpy); zero A or B raise `zero`. Where the largest entry of an A or B
+    lies outside [1e-150, 1e150] (squares and products would over- or underflow), both are first divided by their
+    largest entries: the ratio does not change, and in range it is computed as it always was."""
+    _memory(np.prod(torch.broadcast_shapes(A.shape, B.shape)), "A and B (broadcast together)")
+    A, B = A.detach(), B.detach()
+    scales = [M.abs().amax(dims, keepdim=True) for M in (A, B)]
+    if not all(((scale >= 1e-150) & (scale <= 1e150)).all() for scale in scales):
+        if any((scale == 0).any() for scale in scales):
+            raise ValueError(zero)
+        A, B = A / scales[0], B / scales[1]
+    norms = A.norm(dim=dims) * B.norm(dim=dims)
+    if (norms == 0).any():
+        raise ValueError(zero)
+    return ((A * B).sum(dims) / norms).clamp(-1.0, 1.0).numpy()  # |<A,B>| <= |A||B| can fail by one rounding
 
 
 def token_scores(problem: Problem) -> torch.Tensor:
     """gamma_it = Y_i v^T x_it: how much selecting token t helps classify sequence i, shape (..., n, T)."""
-    return problem.Y[..., None] * token_values(problem)
+    scores = _as_problem(problem).Y[..., None] * token_values(problem)
+    return finite_result(scores, "token_scores", "problem.X times the head problem.v overflows float64: scale the "
+                                                 "tokens or the head down")
 
 
 def optimal_tokens(problem: Problem) -> torch.Tensor:
@@ -33,18 +87,13 @@ def correlation(A, B) -> np.ndarray:
         torch.broadcast_shapes(A.shape, B.shape)
     except RuntimeError as err:
         raise ValueError(f"the batch shapes of A {tuple(A.shape)} and B {tuple(B.shape)} do not broadcast") from err
-    inner = (A * B).sum((-2, -1))
-    norms = A.norm(dim=(-2, -1)) * B.norm(dim=(-2, -1))
-    if (norms == 0).any():
-        raise ValueError("correlation of a zero matrix is undefined: A and B must be non-zero")
-    return (inner / norms).clamp(-1.0, 1.0).numpy()  # |<A,B>| <= |A||B| can fail by one rounding
+    return _normalized_inner(A, B, (-2, -1), "correlation of a zero matrix is undefined: A and B must be non-zero")
 
 
 def margins(problem: Problem, alpha, W) -> np.ndarray:
     """(x_{i,alpha_i} - x_it)^T W z_i for every token, shape (..., n, T) (0 at t = alpha_i)."""
-    alpha = torch.as_tensor(as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T), device=problem.X.device)
-    scores = logits(problem, W)
-    return (scores.gather(-1, alpha[..., None]) - scores).cpu().numpy()
+    problem = _with_queries(problem)
+    return finite_result(_margins(problem, _selection(problem, alpha), W), "the margins", OVERFLOW).cpu().numpy()
 
 
 def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
@@ -55,30 +104,58 @@ def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
 def cosine(a, b) -> np.ndarray:
     """<a, b> / (||a|| ||b||) over the last dimension, broadcast over leading ones (for vectors, e.g. p)."""
     a, b = as_tensor(a, "a", device="cpu"), as_tensor(b, "b", device="cpu")
-    norms = a.norm(dim=-1) * b.norm(dim=-1)
-    if (norms == 0).any():
-        raise ValueError("the cosine of a zero vector is undefined: a and b must be non-zero")
-    return ((a * b).sum(-1) / norms).clamp(-1.0, 1.0).numpy()
+    if a.ndim < 1 or b.ndim < 1 or a.shape[-1] != b.shape[-1] or a.shape[-1] < 1:
+        raise ValueError(f"a and b must be vectors of the same length (..., d), d >= 1, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    try:
+        torch.broadcast_shapes(a.shape, b.shape)
+    except RuntimeError as err:
+        raise ValueError(f"the batch shapes of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast") from err
+    return _normalized_inner(a, b, -1, "the cosine of a zero vector is undefined: a and b must be non-zero")
 
 
 def neighbour_selections(alpha, T: int) -> torch.Tensor:
-    """Every selection that differs from alpha (n,) in exactly one sequence (T tokens each): (n (T - 1), n)."""
-    alpha = torch.as_tensor(as_index(alpha, "alpha", np.shape(alpha)[-1:], positive_int(T, "T")))
-    rows = [alpha.clone().index_fill_(0, torch.tensor([i]), t) for i in range(len(alpha)) for t in range(T)
-            if t != int(alpha[i])]
-    return torch.stack(rows)
+    """Every selection that differs from alpha (n,) in exactly one sequence (T tokens each): (n (T - 1), n),
+    ordered by sequence, then token."""
+    T, array = positive_int(T, "T", minimum=2), _array(alpha, "alpha")
+    if array.ndim != 1 or not array.size:
+        raise ValueError(f"alpha must have shape (n,) with n >= 1 (one selected token per sequence), got {array.shape}")
+    alpha, n = torch.as_tensor(as_index(array, "alpha", array.shape, T)), len(array)
+    _memory(n * n * T, "alpha and T")
+    sequence, token = torch.arange(n).repeat_interleave(T), torch.arange(T).repeat(n)
+    changed = token != alpha[sequence]
+    rows = alpha.repeat(n * (T - 1), 1)
+    rows[torch.arange(len(rows)), sequence[changed]] = token[changed]
+    return rows
 
 
 def _svm_where_feasible(problem: Problem, alpha: np.ndarray, norm: str = "fro"):
-    """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d))."""
-    feasible = np.asarray(svm.feasible(problem.X, queries(problem), alpha))
-    solutions = np.full(problem.batch_shape + (problem.d, problem.d), np.nan)
-    if feasible.any():
-        chosen = torch.as_tensor(feasible)
-        instances = problem[chosen] if problem.batch_shape else problem
-        solutions[feasible] = svm.att_svm(instances.X, instances.Z, alpha[feasible] if alpha.ndim > 1 else alpha,
-                                          norm=norm)
+    """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d)); a solution
+    outside float64's range is a FloatingPointError naming the problem."""
+    try:
+        feasible = np.asarray(svm.feasible(problem.X.detach(), queries(problem).detach(), alpha))
+        solutions = np.full(problem.batch_shape + (problem.d, problem.d), np.nan)
+        if feasible.any():
+            chosen = torch.as_tensor(feasible)
+            instances = problem[chosen] if problem.batch_shape else problem
+            solutions[feasible] = svm.att_svm(instances.X.detach(), instances.Z.detach(),
+                                              alpha[feasible] if alpha.ndim > 1 else alpha, norm=norm)
+    except FloatingPointError as err:
+        raise FloatingPointError(f"the Att-SVM of problem is outside float64's range: scale problem.X or problem.Z "
+                                 f"({err})") from err
     return feasible, solutions
+
+
+def _prompt_svm_where_feasible(problem: Problem, key: torch.Tensor, alpha: np.ndarray):
+    """(feasible flags, p-SVM solutions with 0 where infeasible), of batch shape (+ (d,))."""
+    X, flat = problem.X.detach().reshape((-1,) + problem.X.shape[-3:]), alpha.reshape(-1, problem.n)
+    feasible, p = np.ones(len(X), bool), np.zeros((len(X), problem.d))
+    for b in range(len(X)):
+        try:
+            p[b] = svm.prompt_svm(X[b], key, flat[b])
+        except svm.InfeasibleSVM:
+            feasible[b] = False
+    return feasible.reshape(problem.batch_shape), p.reshape(problem.batch_shape + (problem.d,))
 
 
 def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> np.ndarray:
@@ -86,33 +163,61 @@ def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> 
 
     norm: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
     key: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (`svm.prompt_svm`).
-    Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape.
+    Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape (False where
+    the SVM is infeasible).
     """
-    alpha = as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T)
+    problem = _as_problem(problem) if key is not None else _with_queries(problem)
+    if problem.T < 2:
+        raise ValueError(f"problem has T={problem.T} token per sequence: local optimality needs T >= 2 (a selected "
+                         f"token and another)")
+    alpha = _selection(problem, alpha)
     choice(norm, "norm", tuple(svm.SOLVERS))
     if key is None:
-        feasible, solutions = _svm_where_feasible(problem, alpha, norm)
-        on_margin = np.abs(margins(problem, alpha, np.nan_to_num(solutions)) - 1) <= SUPPORT_TOL
+        feasible, solutions = _svm_where_feasible(problem, alpha.cpu().numpy(), norm)
+        gaps = _margins(problem, alpha, torch.as_tensor(np.nan_to_num(solutions)))
+        finite_result(gaps, "the margins of the Att-SVM solution", "problem's tokens are too large for float64: "
+                                                                    "scale problem.X or problem.Z down")
+        on_margin = np.abs(gaps.cpu().numpy() - 1) <= SUPPORT_TOL
     else:
-        keys = (problem.X @ as_tensor(key, "key")).cpu().numpy()
-        feasible, p = np.ones(problem.batch_shape, bool), svm.prompt_svm(problem.X, key, alpha)
+        key, alpha = as_tensor(key, "key"), alpha.cpu().numpy()
+        require_shape(key, "key", (problem.d, problem.d), "the prompt model's key-query matrix")
+        keys = (problem.X @ key).detach().cpu().numpy()
+        feasible, p = _prompt_svm_where_feasible(problem, key.detach(), alpha)
         chosen_keys = np.take_along_axis(keys, alpha[..., None, None], axis=-2)
-        on_margin = np.abs(np.einsum("...ntd,...d->...nt", chosen_keys - keys, p) - 1) <= SUPPORT_TOL
-    gamma = token_scores(problem).cpu().numpy()
-    chosen = np.take_along_axis(gamma, alpha[..., None], axis=-1)
-    return feasible & np.all((chosen > gamma) | ~on_margin, axis=(-2, -1))
+        gaps = np.einsum("...ntd,...d->...nt", chosen_keys - keys, p)
+        finite_result(gaps, "the margins of the p-SVM solution", "problem.X or key is too large for float64: "
+                                                                 "scale them down")
+        on_margin = np.abs(gaps - 1) <= SUPPORT_TOL
+    gamma = token_scores(problem).detach()
+    chosen = gamma.gather(-1, torch.as_tensor(alpha)[..., None]).cpu().numpy()
+    return feasible & np.all((chosen > gamma.cpu().numpy()) | ~on_margin, axis=(-2, -1))
 
 
 def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
     """Classify where gradient descent went, from its final iterate W (..., d, d): "global" if attention selects
     the optimal tokens and corr(W, W^mm) >= threshold; "local" if it selects other, locally-optimal tokens
     alpha and corr(W, W_alpha^mm) >= threshold; "none" otherwise. Returns a string array of batch shape.
+    W: one W (d, d) for every problem or one per problem (..., d, d); threshold: a number in [-1, 1].
     """
-    selection = attention(problem, W).argmax(-1).cpu().numpy()
+    problem = _with_queries(problem)
+    if problem.T < 2:
+        raise ValueError(f"problem has T={problem.T} token per sequence: convergence needs T >= 2")
+    W = weights(problem, W).detach()
+    if torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) != problem.batch_shape:
+        raise ValueError(f"W must have shape {problem.batch_shape + (problem.d, problem.d)} (one W per problem) or "
+                         f"({problem.d}, {problem.d}), got {tuple(W.shape)}")
+    W = W.expand(problem.batch_shape + W.shape[-2:])
+    threshold = _real(threshold, "threshold")
+    if not -1 <= threshold <= 1:
+        raise ValueError(f"threshold must be a correlation in [-1, 1], got {threshold}")
+    probs = finite_result(attention(problem, W), "the attention", OVERFLOW)
+    selection = probs.argmax(-1).cpu().numpy()
     feasible, solutions = _svm_where_feasible(problem, selection)
     aligned = np.zeros(problem.batch_shape, dtype=bool)
-    aligned[feasible] = correlation(np.asarray(W)[feasible] if problem.batch_shape else W,
-                                    solutions[feasible]) >= threshold
+    chosen = feasible & (W.abs().amax((-2, -1)) > 0).numpy()  # W = 0 has no direction: aligned with nothing
+    if chosen.any():
+        aligned[chosen] = correlation(W[torch.as_tensor(chosen)] if problem.batch_shape else W,
+                                      solutions[chosen]) >= threshold
     is_optimal = np.all(selection == optimal_tokens(problem).cpu().numpy(), axis=-1)
     labels = np.full(problem.batch_shape, "none", dtype=object)
     labels[aligned & is_optimal] = "global"
@@ -128,8 +233,11 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
     Returns (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than `count` when
     feasibility is rare), their selections, and how many candidates were drawn to find them.
     """
+    n, T, d = _sizes(n, T, d)
     choice(selection, "selection", ("optimal", "random"))
-    count, max_draws = positive_int(count, "count"), positive_int(max_draws, "max_draws")
+    count, max_draws, seed = positive_int(count, "count"), positive_int(max_draws, "max_draws"), _seed(seed)
+    budget(max_draws, "max_draws", MAX_DRAWS, "random problems")
+    _memory(max_draws * n * (T + 1) * d, "max_draws")
     batch = data.random_problem(n, T, d, seed=seed, batch=max_draws)
     alpha = optimal_tokens(batch) if selection == "optimal" else data.random_selection(batch, seed=seed + 1)
     found, start, size = [], 0, count

@@ -16,16 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import compiled, tensor
-from .checks import as_tensor, choice, nonnegative_float, positive_float, positive_int, require_shape
+from . import compiled, gradients, tensor
+from .checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
 from .data import Problem
-from .gradients import logit_gradient, weight_gradient
-from .initial import initial_parameters, initial_vector, uniform_init
-from .model import LOSSES, attention, loss, outputs, token_values, weights
+from .gradients import GRADIENTS, _gradient_arguments
+from .initial import PARAMS, initial_parameters, initial_vector, uniform_init
+from .model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
+                    _memory_budget, _option, _outputs, _overflow, _risk, _token_values)
 from .path import Path, regularization_path
 
-PARAMS = ("W", "KQ")
-GRADIENTS = ("exact", "autograd")
 ENGINES = ("auto", "compiled", "torch")
 RULES = (None, "official")
 OFFICIAL_EPS = float(torch.finfo(torch.float64).eps)  # 2.22e-16: paper A's eps, in its step and its (K, Q) ridge
@@ -52,7 +51,8 @@ class Trajectory:
 
 
 class _Recorder:
-    """Collects iterates at steps 0, every, 2 every, ..., and the last step, into a Trajectory."""
+    """Collects iterates at steps 0, every, 2 every, ..., and the last step, into a Trajectory (build it with
+    `_recorder`, which refuses runs beyond the budgets)."""
 
     def __init__(self, steps: int, every: int):
         self.steps = sorted(set(range(0, steps + 1, every)) | {steps})
@@ -67,6 +67,30 @@ class _Recorder:
     def trajectory(self) -> Trajectory:
         fields = {name: torch.stack([row[name] for row in self.rows]) for name in self.rows[0]}
         return Trajectory(steps=np.array(self.steps), **fields)
+
+
+def _recorder(steps: int, every: int, entries: float) -> _Recorder:
+    """A _Recorder for `steps` steps recorded every `every` steps, each record `entries` float64 numbers; a
+    ValueError (checks.budget) instead of a run that would not end or would exhaust memory."""
+    budget(steps, "steps", MAX_STEPS, "gradient steps")
+    records = steps // every + 2
+    budget(records, "steps / record_every", MAX_RECORDS, "recorded iterates")
+    _memory_budget(records * entries, "steps / record_every")
+    return _Recorder(steps, every)
+
+
+def _blame(steps: str, others: str) -> str:
+    """Why gradient descent overflowed: the step sizes `steps` (e.g. "lr=1e+308"), or the scale of the problem's
+    tokens or of the `others` (e.g. "init")."""
+    return f"{steps} takes steps too large for this problem (or its tokens, {others} are too large)"
+
+
+def _finite_trajectory(trajectory: Trajectory, blame: str) -> Trajectory:
+    """`trajectory`, or a FloatingPointError with the `blame` of `_blame` if an iterate overflowed."""
+    for name, value in vars(trajectory).items():
+        if torch.is_tensor(value):
+            _finite(value, f"the recorded {name}", blame, "lower lr")
+    return trajectory
 
 
 def _unit(G: torch.Tensor, dims=(-2, -1), log_scale=None, eps: float = 0.0) -> torch.Tensor:
@@ -84,17 +108,18 @@ def _unit(G: torch.Tensor, dims=(-2, -1), log_scale=None, eps: float = 0.0) -> t
     return unit * torch.sigmoid(log_scale[..., None, None] + log_norm - np.log(eps))
 
 
-def _risk(kind: str, Y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    return LOSSES[kind].value(Y * f).mean(-1)
-
-
 def loss_gradient(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
     """The gradient dL/dW (..., d, d), exact under saturation (see `gradients`); it underflows to 0 only where
-    the true gradient is below the smallest float64."""
-    choice(kind, "loss", tuple(LOSSES))
-    direction, log_scale, _ = weight_gradient(problem, weights(problem, W), kind, head,
-                                              token_values(problem) if head is None else None)
-    return torch.exp(log_scale)[..., None, None] * direction
+    the true gradient is below the smallest float64. kind: the loss. With T = 1 token per sequence attention
+    is constant and the gradient exactly 0."""
+    problem, W, head, values = _gradient_arguments(problem, W, kind, head, None, min_T=1)
+    if problem.T == 1:  # `weight_gradient`'s log scale needs a second token
+        return torch.zeros(torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) + (problem.d, problem.d),
+                           dtype=torch.float64)
+    blame = "W, the head or the problem's tokens is too large for this loss"
+    with _overflow("the gradient dL/dW", blame):
+        direction, log_scale, _ = gradients._weight_gradient(problem, W, kind, head, values)
+    return _finite(torch.exp(log_scale)[..., None, None] * direction, "the gradient dL/dW", blame)
 
 
 def lipschitz_W(problem: Problem) -> torch.Tensor:
@@ -104,27 +129,34 @@ def lipschitz_W(problem: Problem) -> torch.Tensor:
     ||X_i||_2^2 ||z_i||^2 (rho_i^2 / 16 + 5 rho_i / 4), with rho_i the range of its token values v^T x_it.
     So gradient descent with lr <= 1 / L_W meets the step condition of the global theorem (chapter 3).
     """
-    if not isinstance(problem, Problem):
-        raise TypeError(f"problem must be an attnsvm.data.Problem, got {type(problem).__name__}")
+    problem = _checked_problem(problem)
     if problem.Z is None:
         raise ValueError("problem.Z is None (paper B's prompt model, which trains p, not W): lipschitz_W needs "
                          "the queries z_i of the W-model")
     A = torch.einsum("...ntd,...ne->...ntde", problem.X, problem.Z).flatten(-2)  # A_i: W -> X_i W z_i
-    return tensor.lipschitz_bound(A, token_values(problem), problem.Y).mean(-1)
+    blame = "the problem's tokens X, queries Z or head v are too large"
+    u = _finite(_token_values(problem, problem.v), "the token values v^T x_it", blame)
+    try:
+        bound = tensor.lipschitz_bound(_finite(A, "the products x_it z_i^T", blame), u, problem.Y)
+    except FloatingPointError as err:  # it names its own arguments, which the caller did not pass
+        raise FloatingPointError(f"the Lipschitz constant is not finite (overflow in float64): {blame}") from err
+    return _finite(bound.mean(-1), "the Lipschitz constant", blame)
 
 
 def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: float):
     """The gradients of L + ridge (||K||_F^2 + ||Q||_F^2) with respect to W, or to K and Q, by autograd through
     softmax (correct until softmax saturates, then steered by round-off), and the outputs f."""
-    leaves = [p.detach().requires_grad_(True) for p in params]
-    W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
-    risk = loss(problem, W, kind, head).sum()
-    if ridge:
-        risk = risk + ridge * sum((p * p).sum() for p in leaves)
-    grads = torch.autograd.grad(risk, leaves)
-    return grads, outputs(problem, W.detach(), head)
+    with torch.enable_grad():  # `gd` runs without a graph, but for this gradient
+        leaves = [p.detach().requires_grad_(True) for p in params]
+        W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
+        risk = _risk(LOSSES[kind], problem, _outputs(problem, W, head)).sum()
+        if ridge:
+            risk = risk + ridge * sum((p * p).sum() for p in leaves)
+        grads = torch.autograd.grad(risk, leaves)
+    return grads, _outputs(problem, W.detach(), head)
 
 
+@torch.no_grad()  # a run records data, not a graph (whatever requires grad)
 def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True, init=None,
        record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0,
        gradient: str | None = None, head=None, eps: float | None = None, ridge: float | None = None,
@@ -143,22 +175,24 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     (seeded by `seed`), an initial W (..., d, d) or a pair (K0, Q0). m: the width of K and Q (default d).
     head: None for the problem's linear head v, or a head from `attnsvm.heads` (e.g. ReLU).
     gradient: "exact" (the default, see `gradients`) or "autograd" (through softmax, for comparison).
-    engine: "compiled" (`compiled`: the same steps, several times faster), "torch" (the batched torch loop, on
-    any device, for every option), or "auto": compiled wherever it applies (W on the CPU, exact gradient,
-    linear or ReLU head).
-    Records W, softmax probabilities and the loss at steps 0, record_every, 2 record_every, ..., and `steps`.
+    engine: "compiled" (`compiled`: the same steps, several times faster), "torch" (the batched torch loop, for
+    every option), or "auto": compiled wherever it applies (W, exact gradient, linear or ReLU head).
+    Records W, softmax probabilities and the loss at steps 0, record_every, 2 record_every, ..., and `steps`;
+    refuses more than 10**8 steps, 10**7 records or 2 GiB of them.
     """
-    choice(param, "param", PARAMS)
-    choice(loss, "loss", tuple(LOSSES))
-    if choice(rule, "rule", RULES) == "official":
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
+    param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
+    normalized = boolean(normalized, "normalized")
+    if _option(rule, "rule", RULES) == "official":
         given = [name for name, value in (("eps", eps), ("ridge", ridge)) if value is not None]
-        given += [] if normalized is True else ["normalized"]
+        given += [] if normalized else ["normalized"]
         if given:
             raise ValueError(f'rule="official" fixes {", ".join(given)} (paper A\'s update: eps = ridge = '
                              f'{OFFICIAL_EPS:.3g}, normalized steps): do not pass {" or ".join(given)} with it')
         eps, ridge = OFFICIAL_EPS, (OFFICIAL_EPS if param == "KQ" else 0.0)
         gradient = "autograd" if gradient is None else gradient
-    gradient = choice("exact" if gradient is None else gradient, "gradient", GRADIENTS)
+    gradient = _option("exact" if gradient is None else gradient, "gradient", GRADIENTS)
+    engine, head = _option(engine, "engine", ENGINES), _checked_head(head, problem)
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     m = problem.d if m is None else positive_int(m, "m")
@@ -168,26 +202,38 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
         raise ValueError(f'ridge={ridge!r} applies to param="KQ" only (the term ridge (||K||_F^2 + ||Q||_F^2) of '
                          f'paper A\'s (K, Q) code); param="W" has none')
     params = initial_parameters(problem, param, init, m, seed)
+    d, width = problem.d, 0 if param == "W" else params[0].shape[-1]
+    entries = np.prod(problem.batch_shape, dtype=float) * (d * d + 2 * d * width + problem.n * problem.T + 1)
+    recorder = _recorder(steps, record_every, entries)
     unsupported = compiled.supports(param, head, gradient, problem.X.device)
-    if choice(engine, "engine", ENGINES) == "compiled" and unsupported:
+    if engine == "compiled" and unsupported:
         raise ValueError(f'engine="compiled" cannot run this training: {unsupported}; use engine="auto" or "torch"')
-    recorder = _Recorder(steps, record_every)
+    blame = _blame(f"lr={lr!r}" + (f" with ridge={ridge!r}" if ridge else ""),
+                   "the head or init" if head is not None else "init")
     if engine != "torch" and not unsupported:
-        W, probs, risk = compiled.gd(problem, params[0], head, loss=loss, lr=lr, normalized=normalized, eps=eps,
-                                     record=recorder.steps)
-        return Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W)
-    values = token_values(problem) if head is None else None
+        W, probs, risk = compiled._gd(problem, params[0], head, loss, lr, normalized, eps, recorder.steps)
+        return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W), blame)
+    with _overflow("gradient descent's iterates", blame, "lower lr"):
+        _torch_loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge)
+    return _finite_trajectory(recorder.trajectory(), blame)
+
+
+def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int, lr: float, normalized: bool,
+                loss: str, gradient: str, head, eps: float, ridge: float) -> None:
+    """`gd`'s torch loop, from `params` (W,) or (K, Q), recording into `recorder`."""
+    param = "W" if len(params) == 1 else "KQ"
+    values = _token_values(problem, problem.v) if head is None else None
     for k in range(steps + 1):
         W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
         if gradient == "exact":
-            G, log_scale, grad = weight_gradient(problem, W, loss, head, values)
+            G, log_scale, grad = gradients._weight_gradient(problem, W, loss, head, values)
             probs, f = grad.probs, grad.outputs
         else:
             grads, f = _autograd_gradient(problem, params, loss, head, ridge)
-            log_scale, probs = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device), attention(problem, W)
+            log_scale, probs = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device), _attention(problem, W)
         if recorder.wants(k):
             factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
-            recorder.add(W=W, probs=probs, loss=_risk(loss, problem.Y, f), **factors)
+            recorder.add(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors)
         if k == steps:
             break
         if gradient == "exact":
@@ -198,19 +244,23 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
                 grads = tuple(g + 2 * ridge * p for g, p in zip(grads, params))
         params = tuple(p - lr * (_unit(g, log_scale=log_scale, eps=eps) if normalized else g)
                        for p, g in zip(params, grads))
-    return recorder.trajectory()
 
 
-def _prompt_setup(problem: Problem, key, steps, lr, record_every, loss):
-    """Checked arguments of the prompt-model trainers, and the keys x~_it = key^T x_it (..., n, T, d)."""
-    choice(loss, "loss", tuple(LOSSES))
+def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, loss, vectors: int):
+    """Checked arguments of the prompt-model trainers (which record `vectors` vectors of R^d), and the keys
+    x~_it = key^T x_it (..., n, T, d)."""
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING)
+    loss, normalized = _option(loss, "loss", tuple(LOSSES)), boolean(normalized, "normalized")
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     key = as_tensor(key, "key", device=problem.X.device)
     require_shape(key, "key", (problem.d, problem.d), "the fixed key-query matrix of paper B's model")
-    return steps, lr, _Recorder(steps, record_every), problem.X @ key
+    keys = _finite(problem.X @ key.detach(), "the keys key^T x_it", "key (or the problem's tokens) is too large")
+    entries = np.prod(problem.batch_shape, dtype=float) * (vectors * problem.d + problem.n * problem.T + 1)
+    return problem, loss, normalized, steps, lr, _recorder(steps, record_every, entries), keys
 
 
+@torch.no_grad()  # a run records data, not a graph
 def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool = True, init=None,
               record_every: int = 1, loss: str = "logistic") -> Trajectory:
     """Gradient descent on the query p of paper B's model f(X) = <X v, softmax(X key p)>, with `key` (d, d)
@@ -219,35 +269,39 @@ def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool 
     init: None (zeros) or an initial p, (d,) or (..., d). normalized: step -lr g/||g||, as in paper B.
     Returns a Trajectory whose `.p` holds the recorded iterates (records, ..., d).
     """
-    steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, record_every, loss)
+    problem, loss, normalized, steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, normalized,
+                                                                         record_every, loss, 1)
     batch, d = problem.batch_shape, problem.d
     p = initial_vector(torch.zeros(d) if init is None else init, "init", batch, d, problem.X.device)
-    values = token_values(problem)
+    values = _finite(_token_values(problem, problem.v), "the token values v^T x_it",
+                     "the problem's tokens are too large")
     for k in range(steps + 1):
-        grad = logit_gradient(problem, (keys * p[..., None, None, :]).sum(-1), loss, values=values)
+        grad = gradients._logit_gradient(problem, (keys * p[..., None, None, :]).sum(-1), loss, None, values)
         if recorder.wants(k):
-            recorder.add(p=p, probs=grad.probs, loss=_risk(loss, problem.Y, grad.outputs))
+            recorder.add(p=p, probs=grad.probs, loss=_risk(LOSSES[loss], problem, grad.outputs))
         if k == steps:
             break
         G = (grad.direction[..., None] * keys).sum((-3, -2))
         p = p - lr * (_unit(G, dims=(-1,)) if normalized else torch.exp(grad.log_scale)[..., None] * G)
-    return recorder.trajectory()
+    return _finite_trajectory(recorder.trajectory(), _blame(f"lr={lr!r}", "key or init"))
 
 
+@torch.no_grad()  # a run records data, not a graph
 def gd_joint(problem: Problem, key, *, steps: int, lr: float, init_p, init_v, normalized: bool = True,
              record_every: int = 1, loss: str = "logistic") -> Trajectory:
     """Joint gradient descent on the query p and the head v of paper B's model f(X) = <X v, softmax(X key p)>
     (the problem's v and Z are not used). Each of p and v takes its own step, normalized by default.
     Returns a Trajectory with `.p` and `.v` (records, ..., d).
     """
-    steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, record_every, loss)
+    problem, loss, normalized, steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, normalized,
+                                                                         record_every, loss, 2)
     batch, d, device = problem.batch_shape, problem.d, problem.X.device
     p, v = (initial_vector(value, name, batch, d, device) for value, name in ((init_p, "init_p"), (init_v, "init_v")))
     for k in range(steps + 1):
         values = (problem.X * v[..., None, None, :]).sum(-1)
-        grad = logit_gradient(problem, (keys * p[..., None, None, :]).sum(-1), loss, values=values)
+        grad = gradients._logit_gradient(problem, (keys * p[..., None, None, :]).sum(-1), loss, None, values)
         if recorder.wants(k):
-            recorder.add(p=p, v=v, probs=grad.probs, loss=_risk(loss, problem.Y, grad.outputs))
+            recorder.add(p=p, v=v, probs=grad.probs, loss=_risk(LOSSES[loss], problem, grad.outputs))
         if k == steps:
             break
         G_p = (grad.direction[..., None] * keys).sum((-3, -2))
@@ -260,4 +314,4 @@ def gd_joint(problem: Problem, key, *, steps: int, lr: float, init_p, init_v, no
         else:
             p = p - lr * torch.exp(grad.log_scale)[..., None] * G_p
             v = v - lr * torch.exp(top) * G_v
-    return recorder.trajectory()
+    return _finite_trajectory(recorder.trajectory(), _blame(f"lr={lr!r}", "key, init_p or init_v"))

@@ -1,6 +1,7 @@
 import attnsvm  # noqa: F401, I001 (first: it pins the CPU code paths before torch and numpy load)
 import pytest
 import torch
+from hypothesis import settings
 from threadpoolctl import threadpool_limits
 
 
@@ -13,3 +14,8 @@ def one_thread():
     with threadpool_limits(1):
         yield
     torch.set_num_threads(threads)
+
+
+# Property tests draw the same examples on every run and machine (a failure reproduces; CI is deterministic).
+settings.register_profile("attnsvm", derandomize=True, deadline=None)
+settings.load_profile("attnsvm")
