@@ -59,6 +59,13 @@ from .initial import uniform_init
 from .model import LOSSES
 from .train import Trajectory
 
+__all__ = ["Language", "SequenceProblem", "WeightGradient", "att_svm", "attention", "candidates", "combine",
+           "conflicts", "feasible", "gd", "logits", "loss", "loss_gradient", "margins", "max_positive_margins",
+           "next_token_problem", "next_token_problems", "optimal_tokens", "outputs", "penalty_threshold",
+           "preference_cycle", "random_problem", "scores", "selects_optimal", "separation_mask", "synthetic_language",
+           "total_slack", "violations", "weight_gradient", "OBJECTIVES", "SLACKS", "POLISH_TOL", "GAP_TOL",
+           "MAX_STEPS", "MAX_RECORDS", "MAX_GRAPH_STEPS", "SOLVER_FLOATS"]
+
 OBJECTIVES = ("squared", "norm")  # (1/2)||W||_F^2 + C sum xi (default), or paper C's ||W||_F + C sum xi
 SLACKS = ("constraint", "token")  # one slack per constraint (i, k, t) (default), or paper C's per (sequence i, token t)
 POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution

@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+__all__ = ["as_index", "as_tensor", "boolean", "budget", "choice", "cpu_device", "finite_result", "memory",
+           "nonnegative_float", "number", "option", "positive_float", "positive_int", "require_shape", "seed",
+           "MAX_BYTES"]
+
 MAX_BYTES = 2 * 2**30  # float64 arrays one call may allocate; a larger request is refused before the work
 
 

@@ -13,6 +13,8 @@ import os
 import platform
 import sys
 
+__all__ = ["report", "PINS", "READERS", "PINNABLE", "LOADED_BEFORE"]
+
 PINS = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell",
         "NUMBA_CPU_NAME": "haswell"}
 # The modules whose import reads each variable: a pin set after them has no effect.

@@ -35,6 +35,8 @@ from .initial import PARAMS
 from .model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
                     _memory_budget, _option, _token_values, _weights)
 
+__all__ = ["gd", "supports", "LANES", "BLOCK", "LOSS_CODES", "HEADS", "LIBMVEC"]
+
 # Reassociation lets sums of products vectorize; no assumption about infinities (running maxima start at -inf).
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
 _TINY = 1e-290  # where e^{second} is below this, ratios are taken as e^{logit - second}, not as quotients

@@ -16,6 +16,11 @@ from . import checks
 from .checks import cpu_device as _device, memory as _memory
 from .checks import as_tensor, boolean, finite_result, nonnegative_float, positive_float, positive_int, require_shape
 
+__all__ = ["Problem", "Sequences", "equal_scores_problem", "joint_training_problem", "loss_example_problem",
+           "multi_input_problem", "opposite_clusters_problem", "orthonormal_problem", "planar_problem",
+           "random_problem", "random_selection", "single_input_problem", "unit_rows", "SEED_LISTS", "MAX_WORKERS",
+           "PROMPT_KEY"]
+
 SEED_LISTS = (list, tuple, range, np.ndarray, torch.Tensor)  # what a list of seeds may be
 MAX_WORKERS = max(64, 4 * (os.cpu_count() or 1))  # a request for more worker processes is refused
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["check"]
+
 
 def check(name: str, function, *args, expected, tol: float = 1e-6) -> None:
     """Call `function(*args)` and print whether it matches `expected` (max abs difference <= tol).

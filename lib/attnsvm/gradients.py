@@ -33,6 +33,8 @@ from .data import Problem
 from .model import (_TRAINING, LOSSES, _checked_head, _checked_problem, _finite, _logits, _loss_kind, _overflow,
                     _token_values, _weights)
 
+__all__ = ["LogitGradient", "logit_gradient", "weight_gradient", "GRADIENTS"]
+
 GRADIENTS = ("exact", "autograd")  # how `train.gd` computes the gradient: this module's, or autograd's
 
 

@@ -16,6 +16,8 @@ import torch
 from .checks import as_tensor, finite_result, positive_int
 from .data import _batch, _memory, _nonnegative, _seed
 
+__all__ = ["Lambda", "Linear", "ReLU", "lambda_optimum", "lambda_threshold", "random_relu"]
+
 
 class _Head:
     """A head's value and gradient at a (..., n, d), computed together (they may share work).

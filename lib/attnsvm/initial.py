@@ -11,6 +11,8 @@ from .checks import as_tensor, positive_int, require_shape
 from .data import Problem
 from .model import _checked_problem, _memory_budget, _option
 
+__all__ = ["initial_parameters", "initial_vector", "uniform_init", "PARAMS"]
+
 PARAMS = ("W", "KQ")  # W trained directly, or its factors W = K Q^T
 
 

@@ -17,6 +17,9 @@ from .checks import option as _option, memory as _memory_budget
 from .checks import as_index, as_tensor, budget, choice, finite_result
 from .data import Problem, Sequences
 
+__all__ = ["Loss", "attention", "logits", "loss", "min_margin", "outputs", "queries", "raw_logits",
+           "support_gradient", "token_values", "weights", "LOSSES", "MAX_STEPS", "MAX_RECORDS"]
+
 
 class Loss(NamedTuple):
     """A loss l of the margin x = Y f(X), decreasing in x."""

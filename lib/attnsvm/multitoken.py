@@ -30,6 +30,10 @@ from .checks import as_tensor, budget, finite_result, positive_int
 from .data import _memory, _nonnegative, _seed, _seeds, _workers
 from .initial import uniform_init
 
+__all__ = ["LambdaRuns", "Runs", "TokenFates", "TokenPairs", "errors", "lambda_sweep", "largest_masked", "moved",
+           "norms", "passes_filter", "search", "select", "stored_seeds", "token_fates", "token_pairs", "train_runs",
+           "EPS", "SEEDS_FILE", "MAX_CANDIDATES", "MAX_PAIRS", "MAX_STEPS"]
+
 N, T = 3, 4  # sequences and tokens per sequence
 STEPS, LR, RECORD_EVERY = 2000, 0.1, 100
 EPS = float(np.finfo(np.float64).eps)  # paper A's code normalizes the gradient by its norm + EPS

@@ -29,6 +29,8 @@ import numpy as np
 
 from .checks import as_tensor, budget
 
+__all__ = ["solve", "GAP_TOL", "STALLED_TOL", "MAX_ITER", "MARGIN_TOL", "MAX_FLOPS", "STEP_FRACTION", "JITTERS"]
+
 GAP_TOL = 1e-9  # stop when the relative duality gap and the relative residuals are all below this
 STALLED_TOL = 3e-9  # accept a problem whose iteration stalled (round-off) with errors below this
 MAX_ITER = 100

@@ -14,6 +14,8 @@ from .initial import PARAMS, _seed, initial_parameters
 from .model import (_TRAINING, LOSSES, MAX_STEPS, _checked_problem, _finite, _logits, _memory_budget, _option,
                     _outputs, _overflow, _risk, _token_values)
 
+__all__ = ["Path", "regularization_path", "MAX_RADIUS"]
+
 MAX_RADIUS = float(np.sqrt(np.finfo(np.float64).max))  # 1.3e154: the steps divide by R^2
 
 

@@ -20,6 +20,10 @@ from IPython.display import Markdown
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+__all__ = ["band", "displayed_text_px", "line", "path", "png", "ray", "smallest_text", "svm_picture", "table",
+           "use_style", "PALETTE", "CYCLE", "WIDTH", "COLUMN_PX", "CSS_PX_PER_INCH", "MIN_TEXT_PX", "DPI", "TEXT_KEY",
+           "DPI_KEY"]
+
 # Okabe and Ito (2008), safe for the common forms of colour blindness.
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
            "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000"}

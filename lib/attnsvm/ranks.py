@@ -20,6 +20,8 @@ from .checks import budget, finite_result, positive_int
 from .data import _memory, _sizes, _workers
 from .session import worker_pool
 
+__all__ = ["Spectra", "feasible_problems", "grid", "spectra", "CHUNK_SEED_STRIDE"]
+
 CHUNK_SEED_STRIDE = 10**6  # chunk j of a point has seed base + j * CHUNK_SEED_STRIDE (bases are below 10**6)
 
 

@@ -17,6 +17,8 @@ from . import codepaths
 from . import checks
 from .checks import positive_int
 
+__all__ = ["environment", "setup", "worker_pool", "PACKAGES"]
+
 PACKAGES = ("attnsvm", "torch", "cvxpy", "numpy", "scipy", "matplotlib")
 
 

@@ -30,6 +30,9 @@ from . import nuclear
 from .checks import as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, require_shape
 from .nuclear import MARGIN_TOL, _exponent, _unscale  # MARGIN_TOL: relative slack allowed on a solution's margins
 
+__all__ = ["GeneralSVM", "InfeasibleSVM", "SolverError", "att_svm", "constraint_matrix", "feasible", "general_svm",
+           "head_svm", "prompt_svm", "SOLVERS", "MAX_NORM", "SCALES", "MEMORY"]
+
 SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("ipm", "clarabel", "scs")}  # the first is the default
 MAX_NORM = 1e6  # a feasible Att-SVM with a larger solution is reported as (numerically) infeasible
 SCALES = (-6, 6)  # data of scale max|x| max|z| ~ 2^e with e in this range are solved as given (`_unit_scale`)

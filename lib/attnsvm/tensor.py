@@ -38,6 +38,12 @@ import torch
 from .checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
 from .checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
 
+__all__ = ["Ascent", "Comparison", "Estimate", "Instance", "Study", "alpha", "attention_row", "attention_study",
+           "descend", "empirical_lipschitz", "f", "gap_study", "gradient", "h", "hessian", "hessian_norm",
+           "into_ball", "kron", "kron_logits", "lipschitz_bound", "log10_bound", "loss", "mat", "max_hessian_norm",
+           "paper_gradient", "random_instance", "ratios", "row_block", "sample_ball", "u", "vec", "KINDS",
+           "ATTENTIONS", "MAX_STEPS", "MAX_RECORDS"]
+
 KINDS = ("paper", "sigmoid", "logistic", "squared")
 ATTENTIONS = ("softmax", "linear")
 _G1 = 0.25  # sup |g'| of the sigmoid g

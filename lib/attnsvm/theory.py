@@ -10,6 +10,10 @@ from .checks import as_index, as_tensor, budget, choice, finite_result, positive
 from .data import Problem, _as_problem, _memory, _real, _seed, _sizes
 from .model import attention, logits, queries, token_values, weights
 
+__all__ = ["convergence", "correlation", "cosine", "locally_optimal", "margins", "neighbour_selections",
+           "optimal_tokens", "sample_feasible", "support_tokens", "token_scores", "SUPPORT_TOL", "MAX_DRAWS",
+           "OVERFLOW"]
+
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
 MAX_DRAWS = 10**7  # sample_feasible draws at most this many random problems
 OVERFLOW = "the logits x_it^T W z_i of problem and W overflow float64: scale problem.X, problem.Z or W down"

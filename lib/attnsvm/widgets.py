@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 
 from . import plots
 
+__all__ = ["explorer", "frames", "MAX_FRAMES", "FRAME_DPI"]
+
 MAX_FRAMES = 64  # frames per explorer: each is a PNG stored in the notebook and the page
 FRAME_DPI = 100  # frames are saved at the display resolution (the static figure above is the sharp one)
 

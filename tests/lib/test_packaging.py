@@ -117,3 +117,20 @@ def test_wheel_installs_without_the_book_extra_and_runs_the_quickstart(tmp_path)
                          timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert 0.9 < float(run.stdout.strip().splitlines()[-1].split("(")[-1].split(")")[0]) <= 1 + 1e-12
+
+
+MODULES = ("causal", "checks", "codepaths", "compiled", "data", "exercises", "gradients", "heads", "initial", "model",
+           "multitoken", "nuclear", "path", "plots", "ranks", "session", "svm", "tensor", "theory", "train", "widgets")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_lists_its_public_api(name):
+    """`__all__` names every public function and class a module defines, and only names that exist."""
+    import importlib
+    import inspect
+
+    module = importlib.import_module(f"attnsvm.{name}")
+    defined = {key for key, value in vars(module).items() if not key.startswith("_")
+               and (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__}
+    assert defined <= set(module.__all__), f"attnsvm.{name}.__all__ misses {sorted(defined - set(module.__all__))}"
+    assert all(hasattr(module, key) for key in module.__all__)
