@@ -49,7 +49,7 @@ import torch
 from scipy import sparse
 from scipy.optimize import linprog
 
-from . import gradients, svm
+from . import gradients, model, svm
 from .checks import MAX_BYTES, cpu_device as _device, memory as _memory, number as _positive
 from .checks import option as _option, seed as _checked_seed
 from .checks import (as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, positive_int,
@@ -98,17 +98,8 @@ def _problem(problem) -> "SequenceProblem":
 
 
 def _weights(problem: "SequenceProblem", W, name: str = "W") -> torch.Tensor:
-    """`W` as a float64 CPU tensor (..., d, d) whose batch shape broadcasts against the problem's."""
-    W = as_tensor(W, name)
-    d = problem.d
-    if W.ndim < 2 or W.shape[-2:] != (d, d):
-        raise ValueError(f"{name} must have shape (..., {d}, {d}) (the key-query matrix in R^(d x d)), got "
-                         f"{tuple(W.shape)}")
-    try:
-        torch.broadcast_shapes(W.shape[:-2], problem.batch_shape)
-    except RuntimeError as err:
-        raise ValueError(f"{name}'s batch shape {tuple(W.shape[:-2])} does not match the problem's "
-                         f"{problem.batch_shape}: pass one W (d, d) for all problems or one per problem") from err
+    """`W` as the model checks it ((..., d, d), broadcasting against the problem's batch), with at least one W."""
+    W = model._weights(problem, W, name)
     if 0 in W.shape[:-2]:
         raise ValueError(f"{name} has an empty batch dimension, shape {tuple(W.shape)}: pass at least one W")
     return W
