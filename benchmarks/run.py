@@ -23,7 +23,8 @@ import attnsvm  # noqa: I001 (first: it pins the CPU code paths before numpy and
 import numpy as np
 import torch
 
-from attnsvm import data, multitoken, ranks, svm, theory, train
+from attnsvm import data, svm, theory, train
+from attnsvm.experiments import relu_head as multitoken, svm_rank as ranks
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402

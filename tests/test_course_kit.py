@@ -57,7 +57,7 @@ def test_chapter_closes_with_summary_and_exercises_with_solutions(name):
 def test_chapter_has_a_coding_exercise_with_a_stub_and_a_self_check(name):
     text = source(name)
     assert "raise NotImplementedError" in text and "{solution-start}" in text, f"{name}: no coding exercise stub"
-    assert "attnsvm.exercises.check(" in text, f"{name}: no self-check"
+    assert "attnsvm.book.exercises.check(" in text, f"{name}: no self-check"
 
 
 @pytest.mark.parametrize("name", [n for n in CHAPTERS if n[:2] in EXPLORER_CHAPTERS])

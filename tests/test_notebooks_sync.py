@@ -68,7 +68,7 @@ def test_notebook_is_executed(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_shows_no_error(name):
     """An error output can come from a cell that still succeeded: a display formatter that raised, e.g. a figure
-    that attnsvm.plots.png refused because its text would be too small to read. The figure is then missing."""
+    that attnsvm.book.plots.png refused because its text would be too small to read. The figure is then missing."""
     _, notebook = twins(name)
     errors = [(i, output.get("ename"), str(output.get("evalue", ""))[:200]) for i, cell in enumerate(notebook.cells)
               if cell.cell_type == "code" for output in cell.get("outputs", []) if output.output_type == "error"]

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import attnsvm
-from attnsvm import multitoken
+from attnsvm.experiments import relu_head as multitoken
 
 COUNT, DIMENSIONS = 500, (4, 6, 8, 10)
 

@@ -122,7 +122,7 @@ def torch_loop_only() -> None:
     from functools import reduce
     from math import gcd
 
-    import attnsvm.compiled as compiled
+    import attnsvm.train._cpu_loop as compiled
     import attnsvm.train as train
 
     def gd(problem, W0, head, loss, lr, normalized, eps, record):
@@ -185,7 +185,7 @@ def nuclear_solves_frobenius():
     from attnsvm import svm
 
     def solve_ipm(instances, d):
-        return [svm._least_distance(svm.constraint_matrix(*instance)) for instance in instances]
+        return [svm._attention._least_distance(svm.constraint_matrix(*instance)) for instance in instances]
     patch(svm, "_solve_ipm", lambda original: solve_ipm)
 
 
@@ -195,7 +195,7 @@ def ipm_stops_early():
     and rescales its iterate to satisfy every margin: a feasible, suboptimal (higher-rank) nuclear-norm W."""
     import numpy as np
 
-    from attnsvm import nuclear
+    from attnsvm.svm import _nuclear_svm as nuclear
 
     def make(original):
         def solve(deltas, queries):
@@ -279,7 +279,7 @@ def locally_optimal_non_strict():
     import numpy as np
 
     from attnsvm import svm, theory
-    from attnsvm.checks import as_index, as_tensor, choice
+    from attnsvm._checks import as_index, as_tensor, choice
 
     def locally_optimal(problem, alpha, *, norm="fro", key=None):
         alpha = as_index(alpha, "alpha", problem.batch_shape + (problem.n,), problem.T)
@@ -305,7 +305,7 @@ def path_radius_doubled():
 
     import numpy as np
 
-    from attnsvm import path
+    from attnsvm.train import _path as path
 
     def make(original):
         def regularization_path(problem, radii, *, param="W", **options):
@@ -334,7 +334,7 @@ def gradient_float32():
     in float64; the compiled loop is bypassed so that every run uses it."""
     import torch
 
-    from attnsvm import gradients
+    from attnsvm.train import _gradients as gradients
     from attnsvm.model import queries
 
     def weight_gradient(problem, W, kind, head=None, values=None):
@@ -355,7 +355,8 @@ def exact_gradient_is_autograd():
     saturates); the compiled loop is bypassed."""
     import torch
 
-    from attnsvm import gradients, model
+    from attnsvm import model
+    from attnsvm.train import _gradients as gradients
 
     def make(original):
         def weight_gradient(problem, W, kind, head=None, values=None):
@@ -377,7 +378,8 @@ def softmax_without_max_shift():
     underflows below -745."""
     import torch
 
-    from attnsvm import causal, gradients, model, tensor
+    from attnsvm import causal, model, tensor
+    from attnsvm.train import _gradients as gradients
 
     def naive(logits, dim=-1):
         e = torch.exp(logits)
@@ -517,13 +519,13 @@ def kq_gradient_untransposed():
         def loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge):
             if len(params) == 1 or gradient != "exact" or ridge:
                 return original(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge)
-            values = train._token_values(problem, problem.v) if head is None else None
+            values = train._descent._token_values(problem, problem.v) if head is None else None
             K, Q = params
             for k in range(steps + 1):
                 W = K @ Q.transpose(-2, -1)
                 G, log_scale, grad = train.gradients._weight_gradient(problem, W, loss, head, values)
                 if recorder.wants(k):
-                    risk = train._risk(train.LOSSES[loss], problem, grad.outputs)
+                    risk = train._descent._risk(train.LOSSES[loss], problem, grad.outputs)
                     recorder.add(W=W, probs=grad.probs, loss=risk, K=K, Q=Q)
                 if k == steps:
                     break
@@ -531,7 +533,7 @@ def kq_gradient_untransposed():
                     G, log_scale = torch.exp(log_scale)[..., None, None] * G, torch.zeros_like(log_scale)
 
                 def step(update):
-                    return train._unit(update, log_scale=log_scale, eps=eps) if normalized else update
+                    return train._descent._unit(update, log_scale=log_scale, eps=eps) if normalized else update
                 K, Q = K - lr * step(G @ Q), Q - lr * step(G @ K)  # the fault: G^T @ K
         return loop
     patch(train, "_torch_loop", make)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import checks
-from .checks import cpu_device as _device, memory as _memory
-from .checks import as_tensor, boolean, finite_result, nonnegative_float, positive_float, positive_int, require_shape
+from . import _checks
+from ._checks import cpu_device as _device, memory as _memory
+from ._checks import as_tensor, boolean, finite_result, nonnegative_float, positive_float, positive_int, require_shape
 
 __all__ = ["Problem", "Sequences", "equal_scores_problem", "joint_training_problem", "loss_example_problem",
            "multi_input_problem", "opposite_clusters_problem", "orthonormal_problem", "planar_problem",
@@ -122,7 +122,7 @@ class Problem(Sequences):
 
 def _seed(value, name: str = "seed") -> int:
     """`checks.seed`, bounded by what torch's generator takes (derived seeds such as seed + 1 must fit too)."""
-    value = checks.seed(value, name)
+    value = _checks.seed(value, name)
     if value >= 2**63:
         raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
     return value
@@ -155,7 +155,7 @@ def _batch(batch) -> tuple:
 def _workers(value) -> int:
     """A number of worker processes, >= 1 and at most MAX_WORKERS."""
     workers = positive_int(value, "workers")
-    checks.budget(workers, "workers", MAX_WORKERS, "worker processes")
+    _checks.budget(workers, "workers", MAX_WORKERS, "worker processes")
     return workers
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import as_tensor, finite_result, positive_int
+from ._checks import as_tensor, finite_result, positive_int
 from .data import _batch, _memory, _nonnegative, _seed
 
 __all__ = ["Lambda", "Linear", "ReLU", "lambda_optimum", "lambda_threshold", "random_relu"]

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from . import heads
-from .checks import option as _option, memory as _memory_budget
-from .checks import as_index, as_tensor, budget, choice, finite_result
+from ._checks import option as _option, memory as _memory_budget
+from ._checks import as_index, as_tensor, budget, choice, finite_result
 from .data import Problem, Sequences
 
 __all__ = ["Loss", "attention", "logits", "loss", "min_margin", "outputs", "queries", "raw_logits",

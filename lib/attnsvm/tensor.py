@@ -35,8 +35,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from .checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
-from .checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
+from ._checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
+from ._checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
 
 __all__ = ["Ascent", "Comparison", "Estimate", "Instance", "Study", "alpha", "attention_row", "attention_study",
            "descend", "empirical_lipschitz", "f", "gap_study", "gradient", "h", "hessian", "hessian_norm",

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from . import data, svm
-from .checks import as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
+from ._checks import as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
 from .data import Problem, _as_problem, _memory, _real, _seed, _sizes
 from .model import attention, logits, queries, token_values, weights
 

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import PIL.Image
 import pytest
 
-from attnsvm import plots
+from attnsvm.book import plots
 
 from test_pages import PAGES, SCREENSHOTS
 
@@ -44,7 +44,7 @@ def image_bytes(src: str, page_url: str, root: Path) -> bytes:
 
 
 def smallest_text_px(data: bytes, shown_width: float) -> float | None:
-    """CSS px of the smallest text of a figure saved by attnsvm.plots.png, as displayed `shown_width` px wide;
+    """CSS px of the smallest text of a figure saved by attnsvm.book.plots.png, as displayed `shown_width` px wide;
     None for an image that does not say its text size (not drawn through plots.png)."""
     image = PIL.Image.open(io.BytesIO(data))
     text = getattr(image, "text", {})
@@ -73,7 +73,7 @@ def test_every_figure_text_is_at_least_9_px(name, visit, site):
         elif px < MIN_TEXT_PX:
             small.append(f"{label} (smallest text {px:.1f} px)")
     assert not unknown, (f"{name}.html: figures that do not record their text size (draw them with the book's style, "
-                         f"attnsvm.setup(), so that attnsvm.plots.png saves them): {unknown}")
+                         f"attnsvm.setup(), so that attnsvm.book.plots.png saves them): {unknown}")
     assert not small, f"{name}.html: figure text below {MIN_TEXT_PX} CSS px at 1280 px: {small}"
 
 

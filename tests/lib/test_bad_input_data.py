@@ -19,7 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnsvm import data, heads, multitoken as mt, ranks, svm, theory
+from attnsvm import data, heads, svm, theory
+from attnsvm.experiments import relu_head as mt, svm_rank as ranks
 
 COVERED = {
     "data.unit_rows", "data.random_problem", "data.planar_problem", "data.random_selection",
@@ -32,10 +33,10 @@ COVERED = {
     "heads.random_relu", "heads.lambda_threshold", "heads.lambda_optimum", "heads.Linear", "heads.ReLU",
     "heads.Lambda", *(f"heads.{head}.{method}" for head in ("Linear", "ReLU", "Lambda")
                       for method in ("value", "gradient", "value_and_gradient")),
-    "multitoken.train_runs", "multitoken.select", "multitoken.passes_filter", "multitoken.largest_masked",
-    "multitoken.search", "multitoken.stored_seeds", "multitoken.errors", "multitoken.norms", "multitoken.moved",
-    "multitoken.token_pairs", "multitoken.token_fates", "multitoken.lambda_sweep", "multitoken.TokenPairs.project",
-    "ranks.feasible_problems", "ranks.spectra", "ranks.grid",
+    "experiments.relu_head.train_runs", "experiments.relu_head.select", "experiments.relu_head.passes_filter", "experiments.relu_head.largest_masked",
+    "experiments.relu_head.search", "experiments.relu_head.stored_seeds", "experiments.relu_head.errors", "experiments.relu_head.norms", "experiments.relu_head.moved",
+    "experiments.relu_head.token_pairs", "experiments.relu_head.token_fates", "experiments.relu_head.lambda_sweep", "experiments.relu_head.TokenPairs.project",
+    "experiments.svm_rank.feasible_problems", "experiments.svm_rank.spectra", "experiments.svm_rank.grid",
 }
 
 ERRORS = (TypeError, ValueError, FloatingPointError, svm.SolverError)  # svm.InfeasibleSVM is a ValueError

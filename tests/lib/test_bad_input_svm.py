@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attnsvm import data, nuclear, svm, theory
+from attnsvm import data, svm, theory
+from attnsvm.svm import _nuclear_svm as nuclear
 
 COVERED = {"svm.constraint_matrix", "svm.att_svm", "svm.feasible", "svm.prompt_svm", "svm.general_svm",
-           "svm.head_svm", "svm.GeneralSVM.combined", "nuclear.solve"}
+           "svm.head_svm", "svm.GeneralSVM.combined", "svm._nuclear_svm.solve"}
 ERRORS = (TypeError, ValueError, FloatingPointError, svm.SolverError)
 n, T, d = 2, 3, 3  # d >= max(T - 1, n): the optimal tokens are feasible
 
@@ -41,7 +42,7 @@ def _prompt(seed=4):
 
 def _pairs():
     X, Z, alpha, _ = _problem()
-    deltas, queries = svm._pairs(X, Z, alpha)
+    deltas, queries = svm._attention._pairs(X, Z, alpha)
     return deltas[None], queries[None]
 
 

@@ -12,13 +12,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnsvm import compiled, data, gradients, heads, initial, model, path, train
+from attnsvm import data, heads, model, train
+from attnsvm.train import _cpu_loop as compiled, _gradients as gradients, _initial as initial, _path as path
 
 COVERED = {"model.weights", "model.logits", "model.raw_logits", "model.queries", "model.attention",
            "model.token_values", "model.outputs", "model.loss", "model.support_gradient", "model.min_margin",
-           "gradients.logit_gradient", "gradients.weight_gradient", "initial.uniform_init",
-           "initial.initial_parameters", "initial.initial_vector", "path.regularization_path", "compiled.supports",
-           "compiled.gd", "train.loss_gradient", "train.lipschitz_W", "train.gd", "train.gd_prompt", "train.gd_joint",
+           "train.logit_gradient", "train.weight_gradient", "train.uniform_init",
+           "train.initial_parameters", "train.initial_vector", "train.regularization_path", "train.supports",
+           "train._cpu_loop.gd", "train.loss_gradient", "train.lipschitz_W", "train.gd", "train.gd_prompt", "train.gd_joint",
            "train.Trajectory.selection"}
 ERRORS = (TypeError, ValueError, FloatingPointError)
 EXAMPLES = int(os.environ.get("BAD_INPUT_EXAMPLES", 30))  # more to search harder by hand

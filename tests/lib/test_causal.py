@@ -551,7 +551,7 @@ def _brute_force_positive(problem):
     that attains it: with independent tokens, x_p^T W x_a = minus the rank of p in the order chosen for a."""
     import itertools
     alpha = causal.optimal_tokens(problem)
-    edges = causal._preference_edges(problem, alpha)
+    edges = causal._causal._preference_edges(problem, alpha)
     unique, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
     potential = np.zeros((len(unique), len(unique)))  # [p, a]
     total = 0

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import compiled, data, heads, train
+from attnsvm import data, heads, train
+from attnsvm.train import _cpu_loop as compiled
 
 
 def _both(problem, **options):

@@ -1,8 +1,8 @@
-"""attnsvm.exercises.check: the student's result next to the expected one."""
+"""attnsvm.book.exercises.check: the student's result next to the expected one."""
 
 import numpy as np
 
-from attnsvm import exercises
+from attnsvm.book import exercises
 
 
 def _unimplemented(x):

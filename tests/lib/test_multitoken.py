@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnsvm
-from attnsvm import multitoken as mt
+from attnsvm.experiments import relu_head as mt
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnsvm import data, heads, svm, train
-from attnsvm import multitoken as mt
+from attnsvm.experiments import relu_head as mt
 
 
 def test_lambda_threshold_is_the_water_level():

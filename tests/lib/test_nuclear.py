@@ -7,7 +7,8 @@ import torch
 
 import reference as ref
 
-from attnsvm import data, nuclear, svm, theory
+from attnsvm import data, svm, theory
+from attnsvm.svm import _nuclear_svm as nuclear
 
 
 def _check_nuclear_kkt(X, Z, alpha, W, lam, *, op_tol=1e-7, rtol=1e-8):
@@ -66,7 +67,7 @@ def test_ipm_solution_lies_in_the_spans_of_deltas_and_queries(shape):
     """W maps span{z_i} into span{delta_it} and vanishes on the orthogonal complement of span{z_i}."""
     X, Z, alpha = _instance(shape, 2)
     W = svm.att_svm(X, Z, alpha, norm="nuc")
-    deltas, queries = svm._pairs(X, Z, alpha)
+    deltas, queries = svm._attention._pairs(X, Z, alpha)
 
     def projector(rows):
         U, sigma, _ = np.linalg.svd(rows.T, full_matrices=False)

@@ -136,7 +136,7 @@ def test_W_path_beats_random_points_on_the_sphere():
 
 
 def test_capped_simplex_projection_is_the_nearest_point():
-    from attnsvm.path import _project_capped_simplex
+    from attnsvm.train._path import _project_capped_simplex
 
     gen = torch.Generator().manual_seed(0)
     s = torch.sort(torch.rand(200, 6, generator=gen, dtype=torch.float64) * 3, descending=True).values
@@ -154,7 +154,7 @@ def test_capped_simplex_projection_is_the_nearest_point():
 def test_KQ_path_is_balanced_and_stationary_on_the_nuclear_ball():
     """The factors are balanced (K^T K = Q^T Q), and W_R is a fixed point of projected gradient descent on
     {||W||_* <= R}: a first-order stationary point of the constrained problem."""
-    from attnsvm.path import _nuclear_ball
+    from attnsvm.train._path import _nuclear_ball
     from attnsvm.train import loss_gradient
 
     problem = data.random_problem(4, 5, 6, seed=6, batch=3)

@@ -1,4 +1,4 @@
-"""attnsvm.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and attnsvm.widgets.explorer
+"""attnsvm.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and attnsvm.book.widgets.explorer
 (precomputed frames)."""
 
 import io
@@ -14,7 +14,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-from attnsvm import plots, widgets
+from attnsvm.book import plots, widgets
 
 
 def _axes():

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import ranks, svm, theory
+from attnsvm import svm, theory
+from attnsvm.experiments import svm_rank as ranks
 
 
 def test_spectra_are_the_singular_values_of_both_solutions():

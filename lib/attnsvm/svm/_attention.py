@@ -26,9 +26,9 @@ from scipy.optimize import nnls
 
 import torch
 
-from . import nuclear
-from .checks import as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, require_shape
-from .nuclear import MARGIN_TOL, _exponent, _unscale  # MARGIN_TOL: relative slack allowed on a solution's margins
+from . import _nuclear_svm as nuclear
+from .._checks import as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, require_shape
+from ._nuclear_svm import MARGIN_TOL, _exponent, _unscale  # MARGIN_TOL: relative slack allowed on a solution's margins
 
 __all__ = ["GeneralSVM", "InfeasibleSVM", "SolverError", "att_svm", "constraint_matrix", "feasible", "general_svm",
            "head_svm", "prompt_svm", "SOLVERS", "MAX_NORM", "SCALES", "MEMORY"]

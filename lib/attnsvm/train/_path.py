@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import as_tensor, budget, positive_float, positive_int
-from .data import Problem
-from .gradients import _weight_gradient
-from .initial import PARAMS, _seed, initial_parameters
-from .model import (_TRAINING, LOSSES, MAX_STEPS, _checked_problem, _finite, _logits, _memory_budget, _option,
+from .._checks import as_tensor, budget, positive_float, positive_int
+from ..data import Problem
+from ._gradients import _weight_gradient
+from ._initial import PARAMS, _seed, initial_parameters
+from ..model import (_TRAINING, LOSSES, MAX_STEPS, _checked_problem, _finite, _logits, _memory_budget, _option,
                     _outputs, _overflow, _risk, _token_values)
 
 __all__ = ["Path", "regularization_path", "MAX_RADIUS"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import checks
-from .checks import cpu_device as _device
-from .checks import as_tensor, positive_int, require_shape
-from .data import Problem
-from .model import _checked_problem, _memory_budget, _option
+from .. import _checks
+from .._checks import cpu_device as _device
+from .._checks import as_tensor, positive_int, require_shape
+from ..data import Problem
+from ..model import _checked_problem, _memory_budget, _option
 
 __all__ = ["initial_parameters", "initial_vector", "uniform_init", "PARAMS"]
 
@@ -46,7 +46,7 @@ def _shape(shape, name: str = "shape") -> tuple:
 
 def _seed(value, name: str = "seed") -> int:
     """`checks.seed`, below 2**63 (a torch generator's range, with room for the seed + 1 of Q)."""
-    value = checks.seed(value, name)
+    value = _checks.seed(value, name)
     if value >= 2**63:
         raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
     return value

@@ -27,12 +27,12 @@ import torch
 from llvmlite import ir
 from numba.core import cgutils, codegen, config
 
-from . import heads
-from .checks import boolean, budget, nonnegative_float, positive_float
-from .data import Problem
-from .gradients import GRADIENTS
-from .initial import PARAMS
-from .model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
+from .. import heads
+from .._checks import boolean, budget, nonnegative_float, positive_float
+from ..data import Problem
+from ._gradients import GRADIENTS
+from ._initial import PARAMS
+from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
                     _memory_budget, _option, _token_values, _weights)
 
 __all__ = ["gd", "supports", "LANES", "BLOCK", "LOSS_CODES", "HEADS", "LIBMVEC"]

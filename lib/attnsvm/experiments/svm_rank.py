@@ -15,10 +15,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import svm, theory
-from .checks import budget, finite_result, positive_int
-from .data import _memory, _sizes, _workers
-from .session import worker_pool
+from .. import svm, theory
+from .._checks import budget, finite_result, positive_int
+from ..data import _memory, _sizes, _workers
+from .._session import worker_pool
 
 __all__ = ["Spectra", "feasible_problems", "grid", "spectra", "CHUNK_SEED_STRIDE"]
 

@@ -28,9 +28,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .checks import as_tensor
-from .data import Problem
-from .model import (_TRAINING, LOSSES, _checked_head, _checked_problem, _finite, _logits, _loss_kind, _overflow,
+from .._checks import as_tensor
+from ..data import Problem
+from ..model import (_TRAINING, LOSSES, _checked_head, _checked_problem, _finite, _logits, _loss_kind, _overflow,
                     _token_values, _weights)
 
 __all__ = ["LogitGradient", "logit_gradient", "weight_gradient", "GRADIENTS"]

@@ -16,14 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import compiled, gradients, tensor
-from .checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
-from .data import Problem
-from .gradients import GRADIENTS, _gradient_arguments
-from .initial import PARAMS, initial_parameters, initial_vector, uniform_init
-from .model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
+from . import _cpu_loop as compiled
+from . import _gradients as gradients
+from .. import tensor
+from .._checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
+from ..data import Problem
+from ._gradients import GRADIENTS, _gradient_arguments
+from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
+from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
                     _memory_budget, _option, _outputs, _overflow, _risk, _token_values)
-from .path import Path, regularization_path
+
+from ._path import Path, regularization_path
 
 ENGINES = ("auto", "compiled", "torch")
 RULES = (None, "official")

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import data, heads, session, svm, theory, train
-from .checks import as_tensor, budget, finite_result, positive_int
-from .data import _memory, _nonnegative, _seed, _seeds, _workers
-from .initial import uniform_init
+from .. import data, heads, _session, svm, theory, train
+from .._checks import as_tensor, budget, finite_result, positive_int
+from ..data import _memory, _nonnegative, _seed, _seeds, _workers
+from ..train._initial import uniform_init
 
 __all__ = ["LambdaRuns", "Runs", "TokenFates", "TokenPairs", "errors", "lambda_sweep", "largest_masked", "moved",
            "norms", "passes_filter", "search", "select", "stored_seeds", "token_fates", "token_pairs", "train_runs",
@@ -166,7 +166,7 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
                         f"{type(pool).__name__}")
     end = start + max_candidates
     own = pool is None and workers > 1
-    pool = session.worker_pool(workers) if own else pool
+    pool = _session.worker_pool(workers) if own else pool
     accepted, first, queued = [], start, deque()
     try:
         while len(accepted) < count:

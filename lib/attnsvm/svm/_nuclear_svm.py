@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .checks import as_tensor, budget
+from .._checks import as_tensor, budget
 
 __all__ = ["solve", "GAP_TOL", "STALLED_TOL", "MAX_ITER", "MARGIN_TOL", "MAX_FLOPS", "STEP_FRACTION", "JITTERS"]
 

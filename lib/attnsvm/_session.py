@@ -13,9 +13,8 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from . import codepaths
-from . import checks
-from .checks import positive_int
+from . import codepaths, _checks
+from ._checks import positive_int
 
 __all__ = ["environment", "setup", "worker_pool", "PACKAGES"]
 
@@ -35,7 +34,7 @@ def setup(seed: int = 0, threads: int = 1) -> None:
     """
     _numerics(seed, threads)
     try:
-        from . import plots  # the book's figure style, when matplotlib is installed (the `book` extra)
+        from .book import plots  # the book's figure style, when matplotlib is installed (the `book` extra)
     except ImportError:
         pass
     else:
@@ -50,7 +49,7 @@ def setup(seed: int = 0, threads: int = 1) -> None:
 def _numerics(seed: int = 0, threads: int = 1) -> None:
     """The part of `setup()` that results depend on (precision, threads, seeds): what worker processes run."""
     threads = positive_int(threads, "threads")
-    seed = checks.seed(seed)
+    seed = _checks.seed(seed)
     torch.set_default_dtype(torch.float64)
     torch.set_num_threads(threads)
     threadpool_limits(threads)  # the BLAS of numpy and scipy (the NNLS and least-squares solves)

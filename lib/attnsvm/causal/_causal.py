@@ -49,15 +49,18 @@ import torch
 from scipy import sparse
 from scipy.optimize import linprog
 
-from . import gradients, model, svm
-from .checks import MAX_BYTES, cpu_device as _device, memory as _memory, number as _positive
-from .checks import option as _option, seed as _checked_seed
-from .checks import (as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, positive_int,
+from ..train import _gradients as gradients
+from .. import model
+from ..svm import _attention as svm
+from .._checks import MAX_BYTES, cpu_device as _device, memory as _memory, number as _positive
+from .._checks import option as _option, seed as _checked_seed
+from .._checks import (as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, positive_int,
                      require_shape)
-from .data import Problem, Sequences, unit_rows
-from .initial import uniform_init
-from .model import LOSSES
-from .train import Trajectory
+
+from ..data import Problem, Sequences, unit_rows
+from ..train._initial import uniform_init
+from ..model import LOSSES
+from ..train._descent import Trajectory
 
 __all__ = ["Language", "SequenceProblem", "WeightGradient", "att_svm", "attention", "candidates", "combine",
            "conflicts", "feasible", "gd", "logits", "loss", "loss_gradient", "margins", "max_positive_margins",
