@@ -20,6 +20,8 @@ JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 JOBS ?= 1
 CORES := $(shell nproc 2>/dev/null || echo 2)
 EXECUTE := ../$(BIN)/jupyter execute --inplace --timeout=600
+# The examples in the library's docstrings (the API pages show them), each after setup()'s numerics (lib/conftest.py).
+DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="NORMALIZE_WHITESPACE ELLIPSIS"
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: setup book test notebooks sync student pdf bench e51-seeds faults clean
@@ -60,6 +62,7 @@ book: setup
 test: setup
 	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
 	  tests/test_provenance.py
+	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
 	$(BIN)/python -m pytest tests/test_student_edition.py
 	$(JB_BUILD)

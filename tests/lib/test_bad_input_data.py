@@ -125,7 +125,7 @@ def test_problem_with_one_token_is_still_paper_A_model():
     """Chapter 6 builds a causal query with one candidate as a Problem (T = 1): the model is defined there, so
     construction accepts it; what needs a second token (local optimality, convergence) says so."""
     one = data.Problem(P.X[:, :1], P.Y, P.Z, P.v)
-    assert one.T == 1 and theory.margins(one, [0, 0], EYE).tolist() == [[0.0], [0.0]]
+    assert one.T == 1 and theory.margins(one, EYE, [0, 0]).tolist() == [[0.0], [0.0]]
     with pytest.raises(ValueError, match=r"^problem has T=1 token per sequence"):
         theory.locally_optimal(one, [0, 0])
     with pytest.raises(ValueError, match=r"^problem has T=1 token per sequence"):
@@ -155,7 +155,7 @@ def test_tokens_times_1e160_overflow_with_an_error_naming_the_arguments():
     """Tokens x1e160 gave NaN margins (inf - inf) without an error."""
     big = data.Problem(P.X * 1e160, P.Y, P.Z, P.v)
     with pytest.raises(FloatingPointError, match=r"\bW\b.*\bproblem|\bproblem\b.*\bW\b"):
-        theory.margins(big, ALPHA, EYE * 1e160)
+        theory.margins(big, EYE * 1e160, ALPHA)
     with pytest.raises(FloatingPointError, match=r"\bW\b.*\bproblem|\bproblem\b.*\bW\b"):
         theory.convergence(big, EYE * 1e160)
     with pytest.raises(FloatingPointError, match=r"\bX\b.*\bZ\b"):
@@ -208,7 +208,7 @@ def test_devices_other_than_the_cpu_are_refused_by_name(device):
 def test_tensors_that_require_grad_are_accepted():
     """margins, correlation and cosine called .numpy() on a tensor that requires grad."""
     W = EYE.clone().requires_grad_()
-    assert theory.margins(P, ALPHA, W).shape == (n, T)
+    assert theory.margins(P, W, ALPHA).shape == (n, T)
     assert theory.correlation(W, EYE) == pytest.approx(1.0)
     assert theory.cosine(W[0], EYE[0]) == pytest.approx(1.0)
     grad = data.Problem(P.X.clone().requires_grad_(), P.Y, P.Z, P.v)
@@ -572,10 +572,10 @@ def test_property_correlation_and_cosine(draw):
 @FAST
 @given(st.data())
 def test_property_margins_and_support_tokens(draw):
-    strategies = dict(problem=problems(), alpha=arrays(ALPHA, integers=True), W=arrays(EYE))
+    strategies = dict(problem=problems(), W=arrays(EYE), alpha=arrays(ALPHA, integers=True))
     for function in (theory.margins, theory.support_tokens):
-        args, bad = replace_one(draw.draw, dict(problem=P, alpha=ALPHA, W=EYE), strategies)
-        outcome(function, args, bad, names=("alpha", "W") if bad == "problem" else (),
+        args, bad = replace_one(draw.draw, dict(problem=P, W=EYE, alpha=ALPHA), strategies)
+        outcome(function, args, bad, names=("W", "alpha") if bad == "problem" else (),
                 valid=lambda r, a: r.shape[-2:] == (a["problem"].n, a["problem"].T))
 
 

@@ -385,7 +385,7 @@ def test_the_path_refuses_radii_of_another_shape(radii, pattern):
 def test_support_gradient_refuses_a_mask_that_is_no_mask():
     """Before: a list of strings failed inside torch."""
     with pytest.raises(TypeError, match=r"^support must be a boolean mask"):
-        model.support_gradient(PROBLEM, ALPHA, W, [["a"] * T] * n)
+        model.support_gradient(PROBLEM, W, ALPHA, [["a"] * T] * n)
 
 
 def test_supports_checks_its_options():
@@ -407,14 +407,15 @@ test_token_values = _check(model.token_values, {"problem": PROB, "v": (None, arr
                            shape=_tokens)
 test_outputs = _check(model.outputs, {"problem": PROB, "W": WEIGHTS, "head": (None, HEADS)},
                       shape=lambda a: _tokens(a)[:-1])
-test_loss = _check(model.loss, {"problem": PROB, "W": WEIGHTS, "kind": KIND, "head": (None, HEADS)},
+test_loss = _check(model.loss, {"problem": PROB, "W": WEIGHTS, "loss": KIND, "head": (None, HEADS)},
                    shape=_batch)
 test_support_gradient = _check(model.support_gradient, {
-    "problem": PROB, "alpha": (ALPHA, [[0, 3], [0], [-1, 0], [0.5, 1], "ab", None, torch.tensor([0, 1]).to("meta")]),
-    "W": WEIGHTS, "support": (MASK, [MASK.float(), MASK[0], "mask", None, MASK.to("meta"), [[True] * T] * n]),
-    "kind": KIND}, shape=_matrices)
-test_min_margin = _check(model.min_margin, {"problem": PROB, "alpha": (ALPHA, [[0, 3], [0], [1.5, 0], "ab"]),
-                                            "W": WEIGHTS}, shape=_batch)
+    "problem": PROB, "W": WEIGHTS,
+    "alpha": (ALPHA, [[0, 3], [0], [-1, 0], [0.5, 1], "ab", None, torch.tensor([0, 1]).to("meta")]),
+    "support": (MASK, [MASK.float(), MASK[0], "mask", None, MASK.to("meta"), [[True] * T] * n]),
+    "loss": KIND}, shape=_matrices)
+test_min_margin = _check(model.min_margin, {"problem": PROB, "W": WEIGHTS,
+                                            "alpha": (ALPHA, [[0, 3], [0], [1.5, 0], "ab"])}, shape=_batch)
 test_logit_gradient = _check(gradients.logit_gradient, {
     "problem": PROB, "logits": (LOGITS, arrays(LOGITS)), "kind": KIND, "head": (None, HEADS),
     "values": (V_FIELD, arrays(V_FIELD))}, shape=_tokens)
