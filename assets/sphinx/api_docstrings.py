@@ -25,6 +25,13 @@ def _escape(app, what, name, obj, options, lines):
             lines[k] = _literal_prose(line)
 
 
+def _skip_tuple_fields(app, what, name, obj, skip, options):
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _escape)
+    app.connect("autodoc-skip-member", _skip_tuple_fields)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
