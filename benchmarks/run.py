@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from attnsvm import data, svm, theory, train
-from attnsvm.experiments import relu_head as multitoken, svm_rank as ranks
+from attnsvm.experiments import relu_head, svm_rank
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
@@ -111,14 +111,14 @@ def e41(share: int) -> None:
 
 
 def e22(share: int) -> None:
-    """Paper A's E2.2 rank grid (`ranks.grid`, two processes): 8 values of d x 5 (n, T), 100 feasible instances
+    """Paper A's E2.2 rank grid (`svm_rank.grid`, two processes): 8 values of d x 5 (n, T), 100 feasible instances
     each (or as many as 2000 draws give; Chapter 2's grid leaves out d = 1 and draws up to 200,000), both SVMs.
     The reference would check every draw with a cvxpy solve and solve the nuclear-norm SVM of every feasible one:
     it is estimated from `share` timed draws and solves per grid point, times the numbers of draws and feasible
     problems the library needed."""
     grid = [(n, 5, d) for n in (5, 10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
     grid += [(5, T, d) for T in (10, 15) for d in (1, 2, 3, 4, 5, 10, 15, 20)]
-    t_lib, results = timed(lambda: ranks.grid(grid, workers=2), 1)
+    t_lib, results = timed(lambda: svm_rank.grid(grid, workers=2), 1)
     estimate = 0.0
     for n, T, d in grid:
         problems = data.random_problem(n, T, d, seed=d, batch=share)
@@ -134,13 +134,13 @@ def e22(share: int) -> None:
 
 def e51(share: int) -> float:
     """Paper A's E5.1 sweep, its gradient descent part: 1000 candidate runs per d in {4, 6, 8, 10} with
-    `multitoken`'s settings (Chapter 5 trains the 500 per d that pass the official filter; finding them is
+    `relu_head`'s settings (Chapter 5 trains the 500 per d that pass the official filter; finding them is
     `e51_search`). Returns the reference's time per run."""
     candidates, runs = 1000, {}
 
     def library():
         for d in (4, 6, 8, 10):
-            runs[d] = multitoken.train_runs(d, np.arange(1, candidates + 1))
+            runs[d] = relu_head.train_runs(d, np.arange(1, candidates + 1))
     t_lib, _ = timed(library, 1)
 
     def ref():
@@ -148,9 +148,9 @@ def e51(share: int) -> float:
         for run in runs.values():
             for b in range(share):
                 X, Y, Z, v = (getattr(run.problem, name)[b] for name in "XYZv")
-                W = reference.gd(X, Y, Z, v, steps=multitoken.STEPS, lr=multitoken.LR,
-                                 W0=run.trajectory.W[0, b], V=run.head.V[b], eps=multitoken.EPS)
-                step = multitoken.RECORD_EVERY
+                W = reference.gd(X, Y, Z, v, steps=relu_head.STEPS, lr=relu_head.LR,
+                                 W0=run.trajectory.W[0, b], V=run.head.V[b], eps=relu_head.EPS)
+                step = relu_head.RECORD_EVERY
                 early = max(early, np.abs(_unit(W[step]) - _unit(run.trajectory.W[1, b])).max())
         return early
     t_ref, early = timed(ref, 1)
@@ -164,13 +164,12 @@ def e51_search(reference_per_run: float) -> None:
     worker process per core; the answer must be the stored seeds. The reference is its time per run (`e51`)
     times the runs trained: the candidates whose labels are not all +1, 7/8 of them at n = 3."""
     workers = os.cpu_count()
-    with attnsvm.worker_pool(workers) as pool:
-        multitoken.search(4, 1, chunk=2 * workers, workers=workers, pool=pool)  # start the workers
-        start, tried, same = time.perf_counter(), 0, True
-        for d in (4, 6, 8, 10):
-            seeds, count = multitoken.search(d, 500, workers=workers, pool=pool)
-            tried, same = tried + count, same and seeds == multitoken.stored_seeds(d)
-        seconds = time.perf_counter() - start
+    relu_head.search(4, 1, chunk=2 * workers, workers=workers)  # start the workers (joblib keeps them)
+    start, tried, same = time.perf_counter(), 0, True
+    for d in (4, 6, 8, 10):
+        seeds, count = relu_head.search(d, 500, workers=workers)
+        tried, same = tried + count, same and seeds == relu_head.stored_seeds(d)
+    seconds = time.perf_counter() - start
     row(f"E5.1 full search, 500 accepted per d ({tried:,} candidates, {workers} processes)",
         reference_per_run * tried * 7 / 8, seconds, "the stored seeds" if same else "DIFFERENT SEEDS",
         "(reference: the row above's time per run x 7/8 of the candidates)")

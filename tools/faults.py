@@ -161,7 +161,7 @@ def svm_drops_constraint():
             return original(np.concatenate([[0.0], values]) if len(values) == len(alpha) * (T - 1) - 1 else values,
                             alpha, T)
         return _scatter
-    patch(svm, "_scatter", scatter)
+    patch(svm._attention, "_scatter", scatter)
 
 
 @fault("01_preliminaries", "tests/lib/test_svm.py::test_frobenius_kkt_conditions")
@@ -186,7 +186,7 @@ def nuclear_solves_frobenius():
 
     def solve_ipm(instances, d):
         return [svm._attention._least_distance(svm.constraint_matrix(*instance)) for instance in instances]
-    patch(svm, "_solve_ipm", lambda original: solve_ipm)
+    patch(svm._attention, "_solve_ipm", lambda original: solve_ipm)
 
 
 @fault("02_regularization_path", "tests/lib/test_nuclear.py::test_ipm_kkt_conditions")
@@ -251,7 +251,7 @@ def correlation_inflated():
 def margin_sign_flipped():
     """The margins are computed the wrong way round: x_it^T W z_i - x_{i,alpha_i}^T W z_i."""
     from attnsvm import theory
-    patch(theory, "margins", lambda original: lambda problem, alpha, W: -original(problem, alpha, W))
+    patch(theory, "margins", lambda original: lambda problem, W, alpha: -original(problem, W, alpha))
 
 
 @fault("01_preliminaries", "02_regularization_path",
@@ -286,7 +286,7 @@ def locally_optimal_non_strict():
         choice(norm, "norm", tuple(svm.SOLVERS))
         if key is None:
             feasible, solutions = theory._svm_where_feasible(problem, alpha, norm)
-            on_margin = np.abs(theory.margins(problem, alpha, np.nan_to_num(solutions)) - 1) <= theory.SUPPORT_TOL
+            on_margin = np.abs(theory.margins(problem, np.nan_to_num(solutions), alpha) - 1) <= theory.SUPPORT_TOL
         else:
             keys = (problem.X @ as_tensor(key, "key")).cpu().numpy()
             feasible, p = np.ones(problem.batch_shape, bool), svm.prompt_svm(problem.X, key, alpha)
@@ -324,7 +324,7 @@ def gd_not_normalized():
     one), not -lr G / ||G||_F."""
     from attnsvm import train
     torch_loop_only()
-    patch(train, "_unit", lambda original: lambda G, dims=(-2, -1), log_scale=None, eps=0.0: G)
+    patch(train._descent, "_unit", lambda original: lambda G, dims=(-2, -1), log_scale=None, eps=0.0: G)
 
 
 @fault("01_preliminaries", "03_global_convergence",
@@ -523,9 +523,9 @@ def kq_gradient_untransposed():
             K, Q = params
             for k in range(steps + 1):
                 W = K @ Q.transpose(-2, -1)
-                G, log_scale, grad = train.gradients._weight_gradient(problem, W, loss, head, values)
+                G, log_scale, grad = train._gradients._weight_gradient(problem, W, loss, head, values)
                 if recorder.wants(k):
-                    risk = train._descent._risk(train.LOSSES[loss], problem, grad.outputs)
+                    risk = train._descent._risk(train._descent.LOSSES[loss], problem, grad.outputs)
                     recorder.add(W=W, probs=grad.probs, loss=risk, K=K, Q=Q)
                 if k == steps:
                     break
@@ -536,7 +536,7 @@ def kq_gradient_untransposed():
                     return train._descent._unit(update, log_scale=log_scale, eps=eps) if normalized else update
                 K, Q = K - lr * step(G @ Q), Q - lr * step(G @ K)  # the fault: G^T @ K
         return loop
-    patch(train, "_torch_loop", make)
+    patch(train._descent, "_torch_loop", make)
 
 
 @fault("01_preliminaries", "03_global_convergence", "tests/lib/test_data.py::test_random_problem_unit_norms_and_labels")

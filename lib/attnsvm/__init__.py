@@ -18,12 +18,12 @@ from importlib import import_module as _import_module
 from importlib.metadata import version as _version
 
 from . import causal, data, experiments, heads, model, svm, tensor, theory, train
-from ._session import environment, setup, worker_pool
+from ._session import environment, setup
 from .svm import InfeasibleSVM, SolverError
 
 __version__ = _version("attnsvm")
 __all__ = ["book", "causal", "codepaths", "data", "experiments", "heads", "model", "svm", "tensor", "theory",
-           "train", "setup", "environment", "worker_pool", "InfeasibleSVM", "SolverError", "__version__"]
+           "train", "setup", "environment", "InfeasibleSVM", "SolverError", "__version__"]
 
 
 def __getattr__(name: str):

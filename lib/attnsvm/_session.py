@@ -1,13 +1,14 @@
-"""`setup()`: one call at the top of every chapter fixes precision, threads, seeds and plot style."""
+"""``setup()``: one call at the top of every chapter fixes precision, threads, seeds and plot style;
+``environment()`` prints the versions a result was computed with."""
 
 from __future__ import annotations
 
 import platform
 import random
 import warnings
-from concurrent.futures import ProcessPoolExecutor
-from importlib.metadata import version
-from multiprocessing import get_context
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import torch
@@ -16,21 +17,29 @@ from threadpoolctl import threadpool_limits
 from . import codepaths, _checks
 from ._checks import positive_int
 
-__all__ = ["environment", "setup", "worker_pool", "PACKAGES"]
+__all__ = ["environment", "setup", "PACKAGES"]
 
 PACKAGES = ("attnsvm", "torch", "cvxpy", "numpy", "scipy", "matplotlib")
 
 
 def setup(seed: int = 0, threads: int = 1) -> None:
-    """float64 by default, `threads` threads for torch and for numpy's and scipy's BLAS, every global seed set
-    to `seed`, the book's plot style.
+    """float64 by default, ``threads`` threads for torch and for numpy's and scipy's BLAS, every global seed set
+    to ``seed``, the book's plot style (when matplotlib is installed).
 
     One thread by default: on 2 cores, 500 batched GD steps took 0.31 s with 1 thread and 0.20 s with 2 on
     an idle machine, but 0.51 s with 2 as soon as another process used a core (and 15 times longer under
     heavier load), and a batch of NNLS solves went from 1.3 s to 6.6 s with two BLAS threads under load; one
     thread is never far from the best. Warns when a library does not run the pinned CPU code path
-    (`codepaths.report()`), since the printed numbers may then differ from the book's in their last digits;
-    `environment()` prints the versions a result was computed with.
+    (``codepaths.report()``), since the printed numbers may then differ from the book's in their last digits;
+    ``environment()`` prints the versions a result was computed with. The experiments' parallel tasks set the
+    same numerics themselves (``attnsvm.experiments``), in whatever process runs them.
+
+    Examples
+    --------
+    >>> import attnsvm, torch
+    >>> attnsvm.setup(seed=0)
+    >>> torch.get_default_dtype(), torch.get_num_threads()
+    (torch.float64, 1)
     """
     _numerics(seed, threads)
     try:
@@ -47,7 +56,7 @@ def setup(seed: int = 0, threads: int = 1) -> None:
 
 
 def _numerics(seed: int = 0, threads: int = 1) -> None:
-    """The part of `setup()` that results depend on (precision, threads, seeds): what worker processes run."""
+    """The part of ``setup()`` that results depend on (precision, threads, seeds)."""
     threads = positive_int(threads, "threads")
     seed = _checks.seed(seed)
     torch.set_default_dtype(torch.float64)
@@ -58,15 +67,49 @@ def _numerics(seed: int = 0, threads: int = 1) -> None:
     random.seed(seed)
 
 
+@contextmanager
+def _task_numerics(seed: int = 0) -> Iterator[None]:
+    """Run a block under ``setup()``'s numerics (float64, one thread for torch and the BLAS, every global seed
+    ``seed``), then give the process back its own (dtype, threads, random states).
+
+    Each task of a parallel experiment runs in this block, so that it computes the same numbers in whatever
+    process a joblib backend gives it: the caller's (one worker), a loky worker, a Dask worker. torch's settings
+    belong to the process, so a backend that runs two tasks as threads of one process would share them: use
+    one thread per worker process (Dask: ``threads_per_worker=1``)."""
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    states = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        with threadpool_limits(1):  # numpy's and scipy's BLAS, restored on leaving
+            torch.set_default_dtype(torch.float64)
+            torch.set_num_threads(1)
+            torch.manual_seed(seed)
+            np.random.seed(seed)
+            random.seed(seed)
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+
+
 def environment() -> None:
-    """Print the versions of the packages and of Python that results are computed with."""
-    items = [f"{name} {version(name)}" for name in PACKAGES] + [f"Python {platform.python_version()}"]
+    """Print the versions of the packages (``PACKAGES``, those installed) and of Python that results are
+    computed with.
+
+    Examples
+    --------
+    >>> import attnsvm
+    >>> attnsvm.environment()
+    attnsvm ... | torch ... | cvxpy ... | numpy ...
+    scipy ... | Python ...
+    """
+    items = []
+    for name in PACKAGES:
+        try:
+            items.append(f"{name} {version(name)}")
+        except PackageNotFoundError:  # matplotlib is the `book` extra's
+            pass
+    items.append(f"Python {platform.python_version()}")
     print("\n".join(" | ".join(items[k:k + 4]) for k in range(0, len(items), 4)))
-
-
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """`workers` new processes, each set up as by `setup()` but without its plot style (float64, one thread, no
-    matplotlib), for experiments that spread
-    independent parts over cores. Starting one takes seconds (it imports the library): reuse a pool."""
-    return ProcessPoolExecutor(positive_int(workers, "workers"), mp_context=get_context("spawn"),
-                               initializer=_numerics)

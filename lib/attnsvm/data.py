@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from . import _checks
 from ._checks import cpu_device as _device, memory as _memory
@@ -26,24 +28,39 @@ MAX_WORKERS = max(64, 4 * (os.cpu_count() or 1))  # a request for more worker pr
 
 
 class Sequences:
-    """The shape of n sequences X (..., n, T, d) of T tokens in R^d, with batch dimensions in front."""
+    """The shape of n sequences X (..., n, T, d) of T tokens in R^d, with batch dimensions in front: the base of
+    ``Problem`` (and of ``causal.SequenceProblem``), which read their sizes from it.
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> problem = data.random_problem(3, 4, 2, seed=0, batch=5)
+    >>> isinstance(problem, data.Sequences)
+    True
+    >>> problem.batch_shape, problem.n, problem.T, problem.d
+    ((5,), 3, 4, 2)
+    """
 
     X: torch.Tensor
 
     @property
-    def batch_shape(self) -> tuple:
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading dimensions of X before (n, T, d): () for one problem, (B,) for a batch of B."""
         return tuple(self.X.shape[:-3])
 
     @property
     def n(self) -> int:
+        """The number of sequences."""
         return self.X.shape[-3]
 
     @property
     def T(self) -> int:
+        """The number of tokens per sequence."""
         return self.X.shape[-2]
 
     @property
     def d(self) -> int:
+        """The dimension of the tokens."""
         return self.X.shape[-1]
 
 
@@ -54,6 +71,18 @@ class Problem(Sequences):
     n >= 1 sequences of T >= 1 tokens in R^d, d >= 1. T = 1 is allowed, since the model is defined there
     (Chapter 6 writes a causal query with a single candidate this way); what needs a token to select against the
     others (margins' SVMs, local optimality, the experiments) raises for T < 2.
+
+    ``X`` (..., n, T, d) tokens, ``Y`` (..., n) labels in {-1, +1}, ``Z`` (..., n, d) query tokens (None for
+    paper B's prompt model), ``v`` (d,) or (..., d) the linear head; each is stored as a float64 CPU tensor.
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> problem, problem.X.dtype
+    (Problem(n=1, T=2, d=2), torch.float64)
+    >>> data.random_problem(3, 4, 2, seed=0, batch=5)[1:3]  # a batch indexes along its batch dimensions
+    Problem(batch=(2,), n=3, T=4, d=2)
     """
 
     X: torch.Tensor
@@ -61,7 +90,8 @@ class Problem(Sequences):
     Z: torch.Tensor | None
     v: torch.Tensor
 
-    def __init__(self, X, Y, Z, v, *, device=None):
+    def __init__(self, X: ArrayLike, Y: ArrayLike, Z: ArrayLike | None, v: ArrayLike, *,
+                 device: str | torch.device | None = None) -> None:
         device = _device(device)
         X = as_tensor(X, "X", device=device)
         if X.ndim < 3:
@@ -85,8 +115,8 @@ class Problem(Sequences):
         for name, value in zip("XYZv", (X, Y, Z, v)):
             object.__setattr__(self, name, value)
 
-    def __getitem__(self, index) -> "Problem":
-        """Select problems along the batch dimensions, e.g. `problem[3]` or `problem[:10]`."""
+    def __getitem__(self, index: int | slice | tuple | ArrayLike) -> "Problem":
+        """Select problems along the batch dimensions, e.g. ``problem[3]`` or ``problem[:10]``."""
         if not self.batch_shape:
             raise IndexError("this Problem has no batch dimension to index")
         try:  # the index must address the batch dimensions only, never n, T or d
@@ -101,7 +131,14 @@ class Problem(Sequences):
         return Problem(part(self.X, 3), part(self.Y, 1), None if self.Z is None else part(self.Z, 2), part(self.v, 1))
 
     def repeat(self, copies: int) -> "Problem":
-        """`copies` copies of this (unbatched) problem as a batch (copies,), e.g. to train from several inits."""
+        """``copies`` copies of this (unbatched) problem as a batch (copies,), e.g. to train from several inits.
+
+        Examples
+        --------
+        >>> from attnsvm import data
+        >>> data.random_problem(3, 4, 2, seed=0).repeat(5)
+        Problem(batch=(5,), n=3, T=4, d=2)
+        """
         if self.batch_shape:
             raise ValueError("repeat applies to a single problem: index the batch first, e.g. problem[0]")
         copies = positive_int(copies, "copies")
@@ -109,8 +146,15 @@ class Problem(Sequences):
         return Problem(*(None if part is None else part.expand((copies,) + part.shape)
                          for part in (self.X, self.Y, self.Z, self.v)))
 
-    def to(self, device) -> "Problem":
-        """The same problem with its tensors on `device`; attnsvm computes on the CPU, so only "cpu" is accepted."""
+    def to(self, device: str | torch.device) -> "Problem":
+        """The same problem with its tensors on ``device``; attnsvm computes on the CPU, so only "cpu" is accepted.
+
+        Examples
+        --------
+        >>> from attnsvm import data
+        >>> data.random_problem(3, 4, 2, seed=0).to("cpu").X.device
+        device(type='cpu')
+        """
         return Problem(self.X, self.Y, self.Z, self.v, device=device)
 
     def __repr__(self) -> str:
@@ -120,7 +164,7 @@ class Problem(Sequences):
 
 
 
-def _seed(value, name: str = "seed") -> int:
+def _seed(value: object, name: str = "seed") -> int:
     """`checks.seed`, bounded by what torch's generator takes (derived seeds such as seed + 1 must fit too)."""
     value = _checks.seed(value, name)
     if value >= 2**63:
@@ -128,7 +172,7 @@ def _seed(value, name: str = "seed") -> int:
     return value
 
 
-def _seeds(value, name: str = "seed") -> list[int]:
+def _seeds(value: object, name: str = "seed") -> list[int]:
     """A non-empty 1-D list (or array) of seeds, each checked by `_seed` and named by its position."""
     items = value.tolist() if isinstance(value, (np.ndarray, torch.Tensor)) else value
     if not (isinstance(items, SEED_LISTS) and len(items)) or any(isinstance(item, SEED_LISTS) for item in items):
@@ -136,7 +180,7 @@ def _seeds(value, name: str = "seed") -> list[int]:
     return [_seed(item, f"{name}[{k}]") for k, item in enumerate(items)]
 
 
-def _sizes(n, T, d) -> tuple[int, int, int]:
+def _sizes(n: object, T: object, d: object) -> tuple[int, int, int]:
     """n >= 1 sequences of T >= 2 tokens (a selected token and another) in R^d, d >= 1."""
     n, T, d = positive_int(n, "n"), positive_int(T, "T"), positive_int(d, "d")
     if T < 2:
@@ -145,21 +189,21 @@ def _sizes(n, T, d) -> tuple[int, int, int]:
     return n, T, d
 
 
-def _batch(batch) -> tuple:
+def _batch(batch: object) -> tuple[int, ...]:
     """The batch shape of `batch`: () for None, (batch,) for an integer >= 1."""
     return () if batch is None else (positive_int(batch, "batch"),)
 
 
 
 
-def _workers(value) -> int:
+def _workers(value: object) -> int:
     """A number of worker processes, >= 1 and at most MAX_WORKERS."""
     workers = positive_int(value, "workers")
     _checks.budget(workers, "workers", MAX_WORKERS, "worker processes")
     return workers
 
 
-def _real(value, name: str) -> float:
+def _real(value: object, name: str) -> float:
     """`value` as a finite float (any sign; not a bool), else a TypeError/ValueError naming it."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a finite number, got {value!r}")
@@ -172,7 +216,7 @@ def _real(value, name: str) -> float:
     return number
 
 
-def _nonnegative(value, name: str, *, positive: bool = False) -> float:
+def _nonnegative(value: object, name: str, *, positive: bool = False) -> float:
     """`checks.nonnegative_float` (or `positive_float`), refusing bools and strings (True and "0.5" are not
     numbers here)."""
     if isinstance(value, (bool, np.bool_, str, bytes)):
@@ -185,7 +229,7 @@ def _finite_noise(tokens: torch.Tensor) -> torch.Tensor:
     return finite_result(tokens, "the tokens", "spread is too large for float64: use spread <= 1e300")
 
 
-def _as_problem(value, name: str = "problem") -> "Problem":
+def _as_problem(value: object, name: str = "problem") -> Problem:
     """`value` if it is a `Problem`, else a TypeError naming it."""
     if not isinstance(value, Problem):
         raise TypeError(f"{name} must be an attnsvm.data.Problem (e.g. data.random_problem(n, T, d, seed=0)), got "
@@ -193,8 +237,15 @@ def _as_problem(value, name: str = "problem") -> "Problem":
     return value
 
 
-def unit_rows(tensor) -> torch.Tensor:
-    """Normalize the last dimension to unit Euclidean norm (rows must be non-zero)."""
+def unit_rows(tensor: ArrayLike) -> torch.Tensor:
+    """Normalize the last dimension to unit Euclidean norm (rows must be non-zero); a float64 tensor.
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> data.unit_rows([[3.0, 4.0], [0.0, 2.0]]).tolist()
+    [[0.6, 0.8], [0.0, 1.0]]
+    """
     tensor = as_tensor(tensor, "tensor")
     if tensor.ndim < 1 or tensor.shape[-1] < 1:
         raise ValueError(f"tensor must have at least one entry in its last dimension, got shape {tuple(tensor.shape)}")
@@ -206,11 +257,24 @@ def unit_rows(tensor) -> torch.Tensor:
     return tensor / tensor.norm(dim=-1, keepdim=True)
 
 
-def random_problem(n: int, T: int, d: int, *, seed, batch: int | None = None, device=None) -> Problem:
+def random_problem(n: int, T: int, d: int, *, seed: int | Sequence[int] | np.ndarray | torch.Tensor,
+                   batch: int | None = None, device: str | torch.device | None = None) -> Problem:
     """The papers' random instance: unit-norm Gaussian tokens and queries, a unit head v, labels +-1 w.p. 1/2.
 
-    With `batch=B` it returns B independent problems (leading dimension B) drawn from one seeded generator.
-    With a list of seeds, problem b is `random_problem(n, T, d, seed=seed[b])`: each one can be drawn alone.
+    With ``batch=B`` it returns B independent problems (leading dimension B) drawn from one seeded generator.
+    With a list of seeds, problem b is ``random_problem(n, T, d, seed=seed[b])``: each one can be drawn alone.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data
+    >>> data.random_problem(3, 4, 2, seed=0)
+    Problem(n=3, T=4, d=2)
+    >>> data.random_problem(3, 4, 2, seed=0, batch=5)
+    Problem(batch=(5,), n=3, T=4, d=2)
+    >>> pair = data.random_problem(3, 4, 2, seed=[7, 8])
+    >>> torch.equal(pair[1].X, data.random_problem(3, 4, 2, seed=8).X)
+    True
     """
     n, T, d = positive_int(n, "n"), positive_int(T, "T"), positive_int(d, "d")  # T = 1 as in Problem
     device = _device(device)
@@ -239,11 +303,18 @@ def _draw(n: int, T: int, d: int, seed: int, shape: tuple) -> tuple[torch.Tensor
 
 
 def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) -> Problem:
-    """Paper A's two-dimensional picture (its `visualization2` recipe): d = 2, labels +1.
+    """Paper A's two-dimensional picture (its ``visualization2`` recipe): d = 2, labels +1.
 
     Token 1 of sequence i sits at (1, +-0.5) (alternating sign), every other token at (-1, 0) plus
-    `spread` times Gaussian noise; queries z_i are random unit vectors. The head is v = (1, 0) (paper A
+    ``spread`` times Gaussian noise; queries z_i are random unit vectors. The head is v = (1, 0) (paper A
     draws it at random), so that token 1 is the optimal token of every sequence.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.planar_problem(seed=0)
+    >>> problem, theory.optimal_tokens(problem).tolist()
+    (Problem(n=2, T=5, d=2), [0, 0])
     """
     n, T = positive_int(n, "n"), positive_int(T, "T", minimum=2)
     seed, spread = _seed(seed), _nonnegative(spread, "spread")
@@ -258,17 +329,32 @@ def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) ->
 
 
 def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
-    """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal."""
+    """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal.
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> alpha = data.random_selection(data.random_problem(3, 4, 2, seed=0, batch=5), seed=1)
+    >>> tuple(alpha.shape), alpha.dtype, bool(((alpha >= 0) & (alpha < 4)).all())
+    ((5, 3), torch.int64, True)
+    """
     problem, seed = _as_problem(problem), _seed(seed)
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, problem.T, problem.batch_shape + (problem.n,), generator=gen).to(problem.X.device)
 
 
 def opposite_clusters_problem(*, seed: int = 1, spread: float = 0.3) -> Problem:
-    """Paper A's W-versus-(K, Q) picture (its `visualization1` recipe): n = 2, T = 3, d = 2, labels +1.
+    """Paper A's W-versus-(K, Q) picture (its ``visualization1`` recipe): n = 2, T = 3, d = 2, labels +1.
 
-    The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0) (`spread` times
+    The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0) (``spread`` times
     Gaussian noise); queries z_i and the head v are random unit vectors.
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> problem = data.opposite_clusters_problem()
+    >>> problem, problem.Y.tolist()
+    (Problem(n=2, T=3, d=2), [1.0, 1.0])
     """
     seed, spread = _seed(seed), _nonnegative(spread, "spread")
     gen = torch.Generator().manual_seed(seed)
@@ -285,7 +371,7 @@ def opposite_clusters_problem(*, seed: int = 1, spread: float = 0.3) -> Problem:
 PROMPT_KEY = torch.diag(torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64))
 
 
-def _prompt_problem(positions, scores) -> Problem:
+def _prompt_problem(positions: ArrayLike, scores: ArrayLike) -> Problem:
     """A prompt-model problem (labels +1, head e_3) from 2-D positions (..., n, T, 2) and scores (..., n, T)."""
     X = torch.cat([torch.as_tensor(positions, dtype=torch.float64),
                    torch.as_tensor(scores, dtype=torch.float64)[..., None]], -1)
@@ -295,14 +381,31 @@ def _prompt_problem(positions, scores) -> Problem:
 
 def single_input_problem(*, global_case: bool) -> Problem:
     """Paper B's single-input example: keys (-0.1, 1), (1, 0), (0, 0) with scores 1, 0.9 and 0.9 (global case:
-    every direction leads to the optimal first token) or 0 (local case: the second token is locally optimal)."""
+    every direction leads to the optimal first token) or 0 (local case: the second token is locally optimal).
+    A prompt-model problem (no queries Z; ``PROMPT_KEY`` is its key-query matrix).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.single_input_problem(global_case=False)
+    >>> problem, problem.Z is None, theory.token_scores(problem).tolist()
+    (Problem(n=1, T=3, d=3), True, [[1.0, 0.9, 0.0]])
+    """
     global_case = boolean(global_case, "global_case")
     return _prompt_problem([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]], [[1.0, 0.9, 0.9 if global_case else 0.0]])
 
 
 def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
     """Paper B's multi-input example: n = 3 sequences of T = 7 tokens. Token 1 (score 1) sits near (1, 0),
-    tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus `spread` times Gaussian noise."""
+    tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus ``spread`` times Gaussian noise.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.multi_input_problem()
+    >>> problem, theory.optimal_tokens(problem).tolist()
+    (Problem(n=3, T=7, d=3), [0, 0, 0])
+    """
     seed, spread = _seed(seed), _nonnegative(spread, "spread")
     gen = torch.Generator().manual_seed(seed)
     centres = torch.tensor([[1.0, 0.0]] + [[-1.0, 1.0]] * 3 + [[-0.5, -0.5]] * 3, dtype=torch.float64)
@@ -312,13 +415,30 @@ def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
 
 def loss_example_problem(C: float) -> Problem:
     """Paper B's example of the effect of the loss: sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C,
-    sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both."""
+    sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both (C > 0).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.loss_example_problem(2.0)
+    >>> problem, theory.token_scores(problem).tolist()
+    (Problem(n=2, T=2, d=3), [[0.0, 2.0], [0.0, 1.0]])
+    """
     return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, _real(C, "C")], [0.0, 1.0]])
 
 
 def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Problem:
     """Single sequences (n = 1) of T orthonormal tokens in R^T (the U factor of the SVD of a Gaussian matrix, as
-    in paper A's lambda-head code), label +1, and `random_problem`'s unit query and head (Chapter 5, E5.2)."""
+    in paper A's lambda-head code), label +1, and ``random_problem``'s unit query and head (Chapter 5, E5.2).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data
+    >>> problem = data.orthonormal_problem(4, seed=0)
+    >>> problem, torch.allclose(problem.X[0] @ problem.X[0].T, torch.eye(4, dtype=torch.float64))
+    (Problem(n=1, T=4, d=4), True)
+    """
     T, seed, shape = positive_int(T, "T", minimum=2), _seed(seed), _batch(batch)
     _memory(np.prod(shape) * 3 * T * T, "batch and T")  # the Gaussian matrices and their SVD
     gen = torch.Generator().manual_seed(seed)
@@ -331,7 +451,15 @@ def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Probl
 def joint_training_problem(*, tight: bool) -> Problem:
     """Paper B's joint-training example: inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels
     (1, -1, 1), the head v trained (the problem's v is zero). third = (0.5, 1) (tight: every input is a support
-    vector of the head's SVM) or (0.5, 1.5) (not tight: the third input is not)."""
+    vector of the head's SVM) or (0.5, 1.5) (not tight: the third input is not).
+
+    Examples
+    --------
+    >>> from attnsvm import data
+    >>> problem = data.joint_training_problem(tight=True)
+    >>> problem, problem.Y.tolist(), problem.v.tolist()
+    (Problem(n=3, T=2, d=2), [1.0, -1.0, 1.0], [0.0, 0.0])
+    """
     third = [0.5, 1.0] if boolean(tight, "tight") else [0.5, 1.5]
     X = torch.tensor([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], third]], dtype=torch.float64)
     return Problem(X, torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64), None, torch.zeros(2, dtype=torch.float64))
@@ -341,9 +469,16 @@ def equal_scores_problem(n: int, T: int, d: int, *, seed: int, batch: int | None
                          delta: float = 0.0) -> Problem:
     """Random problems satisfying Assumption B.2: all non-optimal tokens of a sequence have equal scores.
 
-    `random_problem`'s tokens with head v = e_1 (the score of a token is Y_i times its first coordinate); the
-    first coordinate of every non-optimal token is set to the sequence's lowest score, plus `delta` times a
+    ``random_problem``'s tokens with head v = e_1 (the score of a token is Y_i times its first coordinate); the
+    first coordinate of every non-optimal token is set to the sequence's lowest score, plus ``delta`` times a
     uniform draw (delta > 0: scores within delta of each other, the relaxed theorem's setting).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.equal_scores_problem(3, 4, 2, seed=0)
+    >>> [len(set(row)) for row in theory.token_scores(problem).tolist()]  # the optimal score and one other
+    [2, 2, 2]
     """
     delta, seed = _nonnegative(delta, "delta"), _seed(seed)
     problem = random_problem(n, T, d, seed=seed, batch=batch)

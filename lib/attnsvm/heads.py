@@ -1,8 +1,8 @@
 """Prediction heads h: R^d -> R applied to the attention output a_i = X_i^T s_i, so that f(X_i) = h(a_i).
 
 The linear head h(a) = v^T a is the theory's main case (it is the problem's `v` when no head is given).
-Nonlinear heads make attention mix several tokens (Chapter 5). Each head gives its value and its gradient
-with respect to a, batched over (..., n, d).
+Nonlinear heads make attention mix several tokens (Chapter 5). Each head (a ``Head``: ``Linear``, ``ReLU``,
+``Lambda``) gives its value and its gradient with respect to a, batched over (..., n, d).
 """
 
 from __future__ import annotations
@@ -12,38 +12,80 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from ._checks import as_tensor, finite_result, positive_int
 from .data import _batch, _memory, _nonnegative, _seed
 
-__all__ = ["Lambda", "Linear", "ReLU", "lambda_optimum", "lambda_threshold", "random_relu"]
+__all__ = ["Head", "Lambda", "Linear", "ReLU", "lambda_optimum", "lambda_threshold", "random_relu"]
 
 
-class _Head:
-    """A head's value and gradient at a (..., n, d), computed together (they may share work).
+class Head:
+    """A prediction head h: R^d -> R, evaluated with its gradient at attention outputs a (..., n, d).
 
-    Subclasses implement `_value` and `_gradient` (or `_value_and_gradient`) on a checked `a`; the public methods
-    check `a` (a tensor (..., n, d) of this head's d) and that the results are finite."""
+    The base of ``Linear``, ``ReLU`` and ``Lambda`` (build one of those; ``model.outputs``, ``model.loss`` and
+    the training functions take any of them as ``head``). Subclasses implement ``_value`` and ``_gradient`` (or
+    ``_value_and_gradient``) on a checked ``a``; the public methods check ``a`` (a tensor (..., n, d) of this
+    head's d) and that the results are finite.
+
+    Examples
+    --------
+    >>> from attnsvm import heads
+    >>> head = heads.random_relu(2, seed=0)
+    >>> isinstance(head, heads.Head), head.d, head.batch_shape
+    (True, 2, ())
+    """
 
     d: int  # the dimension of the attention outputs a
     batch_shape: tuple  # the head's batch shape, broadcast against that of a without its (n, d)
 
-    def value(self, a) -> torch.Tensor:
+    def value(self, a: ArrayLike) -> torch.Tensor:
+        """h(a_i) for each attention output a_i, shape (..., n).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from attnsvm import heads
+        >>> a = torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)
+        >>> heads.Linear([1.0, -1.0]).value(a).tolist()
+        [-1.0, -1.5]
+        """
         a = self._points(a)
         return self._finite(a, self._value(a))[0]
 
-    def gradient(self, a) -> torch.Tensor:
+    def gradient(self, a: ArrayLike) -> torch.Tensor:
+        """The gradient of h at each attention output a_i, shape (..., n, d).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from attnsvm import heads
+        >>> a = torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)
+        >>> heads.ReLU(torch.eye(2, dtype=torch.float64)).gradient(a).tolist()
+        [[1.0, 1.0], [0.0, 1.0]]
+        """
         a = self._points(a)
         return self._finite(a, self._gradient(a))[0]
 
-    def value_and_gradient(self, a) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_gradient(self, a: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
+        """``value(a)`` and ``gradient(a)`` together (one check of ``a``; they may share work).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from attnsvm import heads
+        >>> a = torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)
+        >>> h, grad = heads.Lambda([1.0, 0.0], 0.5).value_and_gradient(a)
+        >>> h.tolist(), grad.tolist()
+        ([-1.5, -1.625], [[0.0, -2.0], [2.0, -0.5]])
+        """
         a = self._points(a)  # gradient descent calls this at every step: one check of a and one of the results
         return self._finite(a, *self._value_and_gradient(a))
 
     def _value_and_gradient(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._value(a), self._gradient(a)
 
-    def _points(self, a) -> torch.Tensor:
+    def _points(self, a: ArrayLike) -> torch.Tensor:
         """`a` as a float64 CPU tensor (..., n, d); its finiteness is checked only if a result is not finite."""
         if not (torch.is_tensor(a) and a.dtype == torch.float64 and a.device.type == "cpu"):
             a = as_tensor(a, "a")
@@ -77,7 +119,7 @@ def _broadcast(first: tuple, second: tuple) -> tuple | None:
     return tuple(reversed(shape))
 
 
-def _parameter(value, name: str, ndim: int, shape: str) -> torch.Tensor:
+def _parameter(value: ArrayLike, name: str, ndim: int, shape: str) -> torch.Tensor:
     """A head parameter as a float64 tensor with at least `ndim` dimensions, none of them empty."""
     tensor = as_tensor(value, name)
     if tensor.ndim < ndim or 0 in tensor.shape:
@@ -86,20 +128,31 @@ def _parameter(value, name: str, ndim: int, shape: str) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Linear(_Head):
-    """h(a) = v^T a."""
+class Linear(Head):
+    """h(a) = v^T a, the theory's head (``v``: (d,), or one per problem (..., d)).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import heads
+    >>> head = heads.Linear([1.0, -1.0])
+    >>> head.d, head.value(torch.tensor([[3.0, 1.0]], dtype=torch.float64)).tolist()
+    (2, [2.0])
+    """
 
     v: torch.Tensor  # (..., d)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "v", _parameter(self.v, "v", 1, "(..., d)"))
 
     @property
     def d(self) -> int:
+        """The dimension of the attention outputs a."""
         return self.v.shape[-1]
 
     @property
-    def batch_shape(self) -> tuple:
+    def batch_shape(self) -> tuple[int, ...]:
+        """The head's batch shape (one head per problem of a batch, or ())."""
         return tuple(self.v.shape[:-1])
 
     def _value(self, a: torch.Tensor) -> torch.Tensor:
@@ -110,21 +163,32 @@ class Linear(_Head):
 
 
 @dataclass(frozen=True)
-class ReLU(_Head):
+class ReLU(Head):
     """h(a) = 1^T ReLU(V^T a): a one-hidden-layer ReLU network with fixed weights V (..., d, k) (paper A's
-    `relu` head, with V Gaussian scaled to ||V||_F = 1)."""
+    ``relu`` head, with V Gaussian scaled to ||V||_F = 1: ``random_relu``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import heads
+    >>> head = heads.ReLU(torch.eye(2, dtype=torch.float64))
+    >>> head.value(torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)).tolist()
+    [3.0, 0.5]
+    """
 
     V: torch.Tensor
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "V", _parameter(self.V, "V", 2, "(..., d, k)"))
 
     @property
     def d(self) -> int:
+        """The dimension of the attention outputs a."""
         return self.V.shape[-2]
 
     @property
-    def batch_shape(self) -> tuple:
+    def batch_shape(self) -> tuple[int, ...]:
+        """The head's batch shape (one head per problem of a batch, or ())."""
         return tuple(self.V.shape[:-2])
 
     def _value(self, a: torch.Tensor) -> torch.Tensor:
@@ -139,16 +203,27 @@ class ReLU(_Head):
 
 
 @dataclass(frozen=True)
-class Lambda(_Head):
+class Lambda(Head):
     """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens.
 
-    lam: a number >= 0, or a tensor of them, one per problem, broadcast against the batch shape of `a` without
-    its (n, d) (e.g. shape (L, 1) for L values of lam, each on the same batch of problems)."""
+    ``lam``: a number >= 0, or a tensor of them, one per problem, broadcast against the batch shape of ``a``
+    without its (n, d) (e.g. shape (L, 1) for L values of lam, each on the same batch of problems).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import heads
+    >>> head = heads.Lambda([1.0, 0.0], 0.5)
+    >>> head.value(torch.tensor([[1.0, 2.0]], dtype=torch.float64)).tolist()  # 1 - 0.5 * 5
+    [-1.5]
+    >>> heads.Lambda([1.0, 0.0], [0.0, 0.5, 1.0]).batch_shape  # three values of lam
+    (3,)
+    """
 
     v: torch.Tensor
     lam: float | torch.Tensor
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "v", _parameter(self.v, "v", 1, "(..., d)"))
         if isinstance(self.lam, (torch.Tensor, np.ndarray, list, tuple)) and np.ndim(self.lam):
             lam = as_tensor(self.lam, "lam")
@@ -163,13 +238,15 @@ class Lambda(_Head):
 
     @property
     def d(self) -> int:
+        """The dimension of the attention outputs a."""
         return self.v.shape[-1]
 
     @property
-    def batch_shape(self) -> tuple:
+    def batch_shape(self) -> tuple[int, ...]:
+        """The head's batch shape: that of v broadcast with that of lam."""
         return _broadcast(self.v.shape[:-1], self.lam.shape if isinstance(self.lam, torch.Tensor) else ())
 
-    def _lam(self, extra: int):
+    def _lam(self, extra: int) -> float | torch.Tensor:
         return self.lam[(...,) + (None,) * extra] if isinstance(self.lam, torch.Tensor) else self.lam
 
     def _value(self, a: torch.Tensor) -> torch.Tensor:
@@ -179,12 +256,12 @@ class Lambda(_Head):
         return self.v[..., None, :] - 2 * self._lam(2) * a
 
 
-def _as_head(head, d: int | None = None, name: str = "head"):
+def _as_head(head: object, d: int | None = None, name: str = "head") -> Head | None:
     """`head` if it is None (the problem's linear head) or a head of this module (for problems in R^d when `d` is
     given), else a TypeError/ValueError naming `name` that says how to build one (e.g. for head='relu')."""
     if head is None:
         return None
-    if not isinstance(head, _Head):
+    if not isinstance(head, Head):
         raise TypeError(f"{name} must be None (the problem's linear head v) or a head of attnsvm.heads, e.g. "
                         f"heads.random_relu(d, seed=0), heads.Linear(v) or heads.Lambda(v, lam); got {head!r} "
                         f"({type(head).__name__})")
@@ -194,7 +271,17 @@ def _as_head(head, d: int | None = None, name: str = "head"):
 
 
 def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
-    """Paper A's ReLU head: V Gaussian (d, d), scaled to unit Frobenius norm, one per problem of the batch."""
+    """Paper A's ReLU head: V Gaussian (d, d), scaled to unit Frobenius norm, one per problem of the batch.
+
+    Examples
+    --------
+    >>> from attnsvm import heads
+    >>> head = heads.random_relu(3, seed=0)
+    >>> tuple(head.V.shape), round(float(head.V.norm()), 4)
+    ((3, 3), 1.0)
+    >>> heads.random_relu(3, seed=0, batch=4).batch_shape
+    (4,)
+    """
     d, seed, shape = positive_int(d, "d"), _seed(seed), _batch(batch)
     _memory(np.prod(shape) * d * d, "batch and d")
     gen = torch.Generator().manual_seed(seed)
@@ -202,7 +289,7 @@ def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
     return ReLU(V / V.norm(dim=(-2, -1), keepdim=True))
 
 
-def _values(values) -> torch.Tensor:
+def _values(values: ArrayLike) -> torch.Tensor:
     """Token values u (..., T), T >= 1."""
     u = as_tensor(values, "values")
     if u.ndim < 1 or u.shape[-1] < 1:
@@ -210,7 +297,7 @@ def _values(values) -> torch.Tensor:
     return u
 
 
-def _water_filling(u: torch.Tensor, lam: float):
+def _water_filling(u: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(top, kept): u sorted in decreasing order and the number kept, (..., 1).
 
     The k largest values are kept while their excess sum_{j<k} (u_(j) - u_(k)) = sum_{m<k} m (u_(m) - u_(m+1))
@@ -222,23 +309,39 @@ def _water_filling(u: torch.Tensor, lam: float):
     return top, (excess < 2 * lam).sum(-1, keepdim=True)  # excess_1 = 0: at least one kept
 
 
-def lambda_threshold(values, lam: float) -> torch.Tensor:
+def lambda_threshold(values: ArrayLike, lam: float) -> torch.Tensor:
     """The water level theta (...,) of the lambda-head's optimum on orthonormal tokens: the number with
-    sum_t max(u_t - theta, 0) = 2 lam (Chapter 5). values: u (..., T); lam > 0. The kept tokens are those with
-    u_t > theta."""
+    sum_t max(u_t - theta, 0) = 2 lam (Chapter 5). ``values``: u (..., T); ``lam`` > 0. The kept tokens are those
+    with u_t > theta.
+
+    Examples
+    --------
+    >>> from attnsvm import heads
+    >>> float(heads.lambda_threshold([1.0, 0.5, 0.2], 0.5))  # (1 - 0.25) + (0.5 - 0.25) = 2 * 0.5
+    0.25
+    """
     u, lam = _values(values), _nonnegative(lam, "lam", positive=True)
     top, kept = _water_filling(u, lam)
     theta = (top.cumsum(-1).gather(-1, kept - 1) - 2 * lam) / kept.to(u.dtype)
     return finite_result(theta[..., 0], "theta", "values or lam overflow float64: scale them down")
 
 
-def lambda_optimum(values, lam: float) -> torch.Tensor:
+def lambda_optimum(values: ArrayLike, lam: float) -> torch.Tensor:
     """The attention that maximizes the lambda-head on orthonormal tokens: argmax over the simplex of
-    sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - theta, 0) / (2 lam) with theta = `lambda_threshold`
-    ("water filling"; Chapter 5). values: u (..., T). lam = 0 gives the top token (a linear head).
+    sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - theta, 0) / (2 lam) with theta = ``lambda_threshold``
+    ("water filling"; Chapter 5). ``values``: u (..., T). lam = 0 gives the top token (a linear head).
 
     The kept tokens get s_t = (d_t - mean d) / (2 lam) + 1 / k with d_t = u_t - max u, exact differences: the
-    weights sum to 1 to round-off for every lam (u_t - theta would lose all digits once lam is tiny)."""
+    weights sum to 1 to round-off for every lam (u_t - theta would lose all digits once lam is tiny).
+
+    Examples
+    --------
+    >>> from attnsvm import heads
+    >>> heads.lambda_optimum([1.0, 0.5, 0.2], 0.5).tolist()
+    [0.75, 0.25, 0.0]
+    >>> heads.lambda_optimum([1.0, 0.5, 0.2], 0.0).tolist()
+    [1.0, 0.0, 0.0]
+    """
     u, lam = _values(values), _nonnegative(lam, "lam")
     if lam == 0:
         return torch.nn.functional.one_hot(u.argmax(-1), u.shape[-1]).to(u.dtype)

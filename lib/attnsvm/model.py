@@ -1,28 +1,43 @@
 """The one-layer attention model f(X_i) = v^T X_i^T softmax(X_i W z_i) and its losses.
 
 Convention (paper A): the logit of token t of sequence i is x_it^T W z_i; with the (K, Q)
-parameterization W = K Q^T.
+parameterization W = K Q^T. Every function takes its arguments in one order: the problem, then the
+key-query matrix ``W``, then a selection ``alpha`` (one token per sequence), then options such as ``loss``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from . import heads
 from ._checks import option as _option, memory as _memory_budget
 from ._checks import as_index, as_tensor, budget, choice, finite_result
 from .data import Problem, Sequences
 
-__all__ = ["Loss", "attention", "logits", "loss", "min_margin", "outputs", "queries", "raw_logits",
-           "support_gradient", "token_values", "weights", "LOSSES", "MAX_STEPS", "MAX_RECORDS"]
+__all__ = ["Loss", "as_key_query", "attention", "logits", "loss", "min_margin", "outputs", "queries",
+           "support_gradient", "token_values", "LOSSES", "MAX_STEPS", "MAX_RECORDS"]
 
 
 class Loss(NamedTuple):
-    """A loss l of the margin x = Y f(X), decreasing in x."""
+    """A loss l of the margin x = Y f(X), decreasing in x: its value, derivative, log-slope and excess.
+
+    The losses the library knows are in ``LOSSES`` ("logistic", "exponential", "linear"); functions that take
+    a ``loss`` argument take one of these names.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import model
+    >>> logistic = model.LOSSES["logistic"]
+    >>> x = torch.tensor(0.0, dtype=torch.float64)
+    >>> round(float(logistic.value(x)), 4), round(float(logistic.derivative(x)), 4)
+    (0.6931, -0.5)
+    """
 
     value: Callable  # l(x)
     derivative: Callable  # l'(x) < 0
@@ -49,12 +64,12 @@ MAX_RECORDS = 10**7  # recorded iterates kept in memory
 
 
 
-def _checked_problem(problem, *, min_T: int = 1, why: str = "", needs_Z: bool = False,
-                     kind: type = Problem) -> Problem:
-    """`problem` checked to be a Problem (or another `kind` of data.Sequences) on the CPU with n >= 1 sequences
-    of T >= min_T tokens in R^d, d >= 1 (and query tokens Z if `needs_Z`), else a TypeError/ValueError naming
-    `problem` (`why`: why min_T)."""
-    if not isinstance(problem, kind):
+def _checked_problem(problem: object, *, min_T: int = 1, why: str = "", needs_Z: bool = False,
+                     expected: type = Problem) -> Problem:
+    """`problem` checked to be a Problem (or another subclass `expected` of data.Sequences) on the CPU with n >= 1
+    sequences of T >= min_T tokens in R^d, d >= 1 (and query tokens Z if `needs_Z`), else a TypeError/ValueError
+    naming `problem` (`why`: why min_T)."""
+    if not isinstance(problem, expected):
         raise TypeError(f"problem must be an attnsvm.data.Problem (e.g. data.random_problem(n, T, d, seed=0)), "
                         f"got {type(problem).__name__}")
     if problem.X.device.type != "cpu":
@@ -125,9 +140,9 @@ def _within_batch(shape: tuple, name: str, problem: Problem) -> None:
                          f"pass one for all problems or one per problem")
 
 
-def _loss_kind(kind) -> Loss:
-    """The Loss named `kind` (an argument the book calls the loss), or an error listing them."""
-    return LOSSES[_option(kind, "loss", tuple(LOSSES))]
+def _loss_kind(loss: object) -> Loss:
+    """The Loss named by the argument ``loss`` (a key of LOSSES), or an error naming ``loss`` and listing them."""
+    return LOSSES[_option(loss, "loss", tuple(LOSSES))]
 
 
 def _finite(tensor: torch.Tensor, what: str, blame: str, fix: str = "scale it down") -> torch.Tensor:
@@ -136,7 +151,7 @@ def _finite(tensor: torch.Tensor, what: str, blame: str, fix: str = "scale it do
 
 
 @contextmanager
-def _overflow(what: str, blame: str, fix: str = "scale it down"):
+def _overflow(what: str, blame: str, fix: str = "scale it down") -> Iterator[None]:
     """Around a computation on checked arguments: an error raised inside (a head refusing the non-finite input an
     overflow led to, an SVD failing on it) is an overflow, re-raised as `_finite`'s FloatingPointError, which
     names the caller's arguments, not the internal ones."""
@@ -146,13 +161,24 @@ def _overflow(what: str, blame: str, fix: str = "scale it down"):
         raise FloatingPointError(f"{what} is not finite (overflow in float64): {blame}: {fix}") from err
 
 
-def weights(problem: Problem, W) -> torch.Tensor:
-    """`W` as a float64 tensor on the problem's device, checked to be (..., d, d). problem: a Problem, or the
-    sequences of another model (`causal.SequenceProblem`)."""
-    return _weights(_checked_problem(problem, kind=Sequences), W, "W")
+def as_key_query(problem: Sequences, W: ArrayLike) -> torch.Tensor:
+    """The key-query matrix ``W`` as a float64 CPU tensor, checked to be (..., d, d) with the problem's d and a
+    batch shape that broadcasts against the problem's (else a TypeError/ValueError naming ``W``).
+
+    ``problem``: a ``data.Problem``, or the sequences of another model (``causal.SequenceProblem``).
+
+    Examples
+    --------
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> W = model.as_key_query(problem, [[1, 0], [0, 1]])
+    >>> W.dtype, tuple(W.shape)
+    (torch.float64, (2, 2))
+    """
+    return _weights(_checked_problem(problem, expected=Sequences), W, "W")
 
 
-def _weights(problem: Problem, W, name: str) -> torch.Tensor:
+def _weights(problem: Problem, W: ArrayLike, name: str) -> torch.Tensor:
     """`weights` for an argument the caller calls `name`."""
     W = as_tensor(W, name, device=problem.X.device)
     d = problem.d
@@ -167,16 +193,22 @@ def _weights(problem: Problem, W, name: str) -> torch.Tensor:
     return W
 
 
-def logits(problem: Problem, W) -> torch.Tensor:
-    """Attention logits x_it^T W z_i, shape (..., n, T)."""
+def logits(problem: Problem, W: ArrayLike) -> torch.Tensor:
+    """Attention logits x_it^T W z_i, shape (..., n, T).
+
+    ``W``: one key-query matrix (d, d) for every problem of a batch, or one per problem (..., d, d).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> tuple(model.logits(problem, torch.eye(2, dtype=torch.float64)).shape)
+    (3, 4)
+    """
     problem = _checked_problem(problem, needs_Z=True)
     return _finite(_logits(problem, _weights(problem, W, "W")), "the logits x_it^T W z_i",
                    "W (or the problem's tokens) is too large")
-
-
-def raw_logits(problem: Problem, W) -> torch.Tensor:
-    """`logits` (kept for code written against attnsvm 0.x, when it skipped the checks)."""
-    return logits(problem, W)
 
 
 def _logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
@@ -185,12 +217,29 @@ def _logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
 
 
 def queries(problem: Problem) -> torch.Tensor:
-    """The problem's query tokens Z, or a clear error for a prompt-model problem (which has none)."""
+    """The problem's query tokens Z (..., n, d), or a clear error for a prompt-model problem (which has none).
+
+    Examples
+    --------
+    >>> from attnsvm import data, model
+    >>> tuple(model.queries(data.random_problem(3, 4, 2, seed=0)).shape)
+    (3, 2)
+    """
     return _checked_problem(problem, needs_Z=True).Z
 
 
-def attention(problem: Problem, W) -> torch.Tensor:
-    """Softmax attention probabilities s_it = softmax_t(x_it^T W z_i), shape (..., n, T)."""
+def attention(problem: Problem, W: ArrayLike) -> torch.Tensor:
+    """Softmax attention probabilities s_it = softmax_t(x_it^T W z_i), shape (..., n, T).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> s = model.attention(problem, torch.zeros(2, 2, dtype=torch.float64))
+    >>> tuple(s.shape), s[0].tolist()  # W = 0 attends uniformly
+    ((3, 4), [0.25, 0.25, 0.25, 0.25])
+    """
     return torch.softmax(logits(problem, W), dim=-1)
 
 
@@ -199,9 +248,21 @@ def _attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
     return torch.softmax(_logits(problem, W), dim=-1)
 
 
-def token_values(problem: Problem, v=None) -> torch.Tensor:
-    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T); v: the problem's by default,
-    else (d,) or one per problem (..., d)."""
+def token_values(problem: Problem, v: ArrayLike | None = None) -> torch.Tensor:
+    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T).
+
+    ``v``: the problem's head by default, else one head (d,) or one per problem (..., d).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> tuple(model.token_values(problem).shape)
+    (3, 4)
+    >>> model.token_values(problem, torch.zeros(2, dtype=torch.float64)).abs().max().item()
+    0.0
+    """
     problem = _checked_problem(problem)
     if v is None:
         return _finite(_token_values(problem, problem.v), "the token values v^T x_it",
@@ -214,9 +275,21 @@ def _token_values(problem: Problem, v: torch.Tensor) -> torch.Tensor:
     return torch.einsum("...ntd,...d->...nt", problem.X, v)
 
 
-def outputs(problem: Problem, W, head=None) -> torch.Tensor:
+def outputs(problem: Problem, W: ArrayLike, head: heads.Head | None = None) -> torch.Tensor:
     """Model outputs f(X_i) = h(X_i^T s_i), shape (..., n): the linear head v of the problem (h(a) = v^T a)
-    unless a head from `attnsvm.heads` is given."""
+    unless a head from ``attnsvm.heads`` is given.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, heads, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> W = torch.eye(2, dtype=torch.float64)
+    >>> tuple(model.outputs(problem, W).shape)
+    (3,)
+    >>> tuple(model.outputs(problem, W, head=heads.random_relu(2, seed=0)).shape)
+    (3,)
+    """
     problem = _checked_problem(problem, needs_Z=True)
     W, head = _weights(problem, W, "W"), _checked_head(head, problem)
     logits(problem, W)  # finite, or an error blaming W
@@ -234,9 +307,24 @@ def _outputs(problem: Problem, W: torch.Tensor, head) -> torch.Tensor:
     return head.value((s[..., None] * problem.X).sum(-2))
 
 
-def loss(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
-    """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,)."""
-    loss_fn, f = _loss_kind(kind), outputs(problem, W, head)  # outputs checks the other arguments
+def loss(problem: Problem, W: ArrayLike, loss: str = "logistic", head: heads.Head | None = None) -> torch.Tensor:
+    """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,) (one per problem).
+
+    ``loss``: the loss l, a key of ``LOSSES`` ("logistic", "exponential" or "linear"); ``head``: as in
+    ``outputs``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> W = torch.zeros(2, 2, dtype=torch.float64)
+    >>> round(float(model.loss(problem, W)), 4)
+    0.7365
+    >>> model.loss(data.random_problem(3, 4, 2, seed=0, batch=5), W, loss="exponential").shape
+    torch.Size([5])
+    """
+    loss_fn, f = _loss_kind(loss), outputs(problem, W, head)  # outputs checks the other arguments
     return _finite(_risk(loss_fn, problem, f), "the loss", "W, the head or the problem's tokens is too large for "
                    "this loss")
 
@@ -246,7 +334,7 @@ def _risk(loss_fn: Loss, problem: Problem, f: torch.Tensor) -> torch.Tensor:
     return loss_fn.value(problem.Y * f).mean(-1)
 
 
-def _selection(problem: Problem, alpha) -> torch.Tensor:
+def _selection(problem: Problem, alpha: ArrayLike) -> torch.Tensor:
     """`alpha` checked to hold one token index per sequence, as a long tensor (..., n) on the problem's device."""
     if torch.is_tensor(alpha) and alpha.device.type != "cpu":
         raise ValueError(f"alpha is on the device {alpha.device.type!r}: attnsvm computes on the CPU, pass alpha.cpu()")
@@ -254,17 +342,29 @@ def _selection(problem: Problem, alpha) -> torch.Tensor:
     return torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
 
 
-def support_gradient(problem: Problem, alpha, W, support, kind: str = "logistic") -> torch.Tensor:
-    """The local-convergence proof sketch's approximation of the negative gradient -dL/dW, shape (..., d, d):
+def support_gradient(problem: Problem, W: ArrayLike, alpha: ArrayLike, support: ArrayLike,
+                     loss: str = "logistic") -> torch.Tensor:
+    """The local-convergence proof sketch's approximation of the negative gradient -dL/dW, shape (..., d, d)::
 
         sum_i c_i sum_{t in support_i} s_it (gamma_{i alpha_i} - gamma_it) (x_{i alpha_i} - x_it) z_i^T,
 
     with c_i = |l'(Y_i f(X_i))| / n, s the attention at W and gamma_it = Y_i v^T x_it the token scores.
-    alpha: the selected token of each sequence (..., n); support: a boolean mask (..., n, T) of the tokens
-    kept in the sum (the support tokens of the Att-SVM of alpha, `theory.support_tokens`); kind: the loss.
+    ``alpha``: the selected token of each sequence (..., n); ``support``: a boolean mask (..., n, T) of the
+    tokens kept in the sum (the support tokens of the Att-SVM of alpha, ``theory.support_tokens``); ``loss``:
+    a key of ``LOSSES``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> problem = data.random_problem(3, 4, 2, seed=0)
+    >>> W = torch.eye(2, dtype=torch.float64)
+    >>> support = torch.ones(3, 4, dtype=torch.bool)
+    >>> tuple(model.support_gradient(problem, W, [0, 1, 2], support).shape)
+    (2, 2)
     """
     problem = _checked_problem(problem, needs_Z=True)
-    W, alpha, loss_fn = _weights(problem, W, "W"), _selection(problem, alpha), _loss_kind(kind)
+    W, alpha, loss_fn = _weights(problem, W, "W"), _selection(problem, alpha), _loss_kind(loss)
     shape = problem.batch_shape + (problem.n, problem.T)
     mask = _mask(support, "support", shape)
     s, u = _attention(problem, W), _token_values(problem, problem.v)
@@ -278,7 +378,7 @@ def support_gradient(problem: Problem, alpha, W, support, kind: str = "logistic"
                    "W or the problem's tokens is too large")
 
 
-def _mask(value, name: str, shape: tuple) -> torch.Tensor:
+def _mask(value: ArrayLike, name: str, shape: tuple) -> torch.Tensor:
     """`value` checked to be a boolean CPU array or tensor of the given shape (one flag per token)."""
     if torch.is_tensor(value) and value.device.type != "cpu":
         raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, "
@@ -294,9 +394,21 @@ def _mask(value, name: str, shape: tuple) -> torch.Tensor:
     return mask
 
 
-def min_margin(problem: Problem, alpha, W) -> torch.Tensor:
+def min_margin(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> torch.Tensor:
     """The smallest margin min_{i, t != alpha_i} (x_{i alpha_i} - x_it)^T W z_i, shape (...,) (one per problem).
-    alpha: the selected token of each sequence (..., n); needs T >= 2 tokens per sequence."""
+
+    ``alpha``: the selected token of each sequence (..., n); needs T >= 2 tokens per sequence.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model
+    >>> # one sequence: tokens e1, e2, -e2 and the query e1; W = e1 e1^T selects token 0 with margin 1
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [0.0, -1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> W = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    >>> float(model.min_margin(problem, W, [0]))
+    1.0
+    """
     problem = _checked_problem(problem, min_T=2, why="with one token there is no margin", needs_Z=True)
     alpha = _selection(problem, alpha)
     scores = logits(problem, W)

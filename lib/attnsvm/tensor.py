@@ -8,15 +8,15 @@ A2 (keys), A3 (values), each (T, d).
 - The row block A_{j0} (T, d^2) of A1 kron A2 gives the logits of query j0: A_{j0} x = row j0 of A1 X A2^T.
 - u(x) = exp(A_{j0} x), alpha(x) = <u(x), 1>, f(x) = u(x) / alpha(x) (the softmax row), h(y) = A3 y_{i0}.
   (These are paper C's u, alpha, f: not the book's token values u, selection alpha or model output f.)
-- The loss of one entry (l0, j0, i0) is a function of s = <f(x), h> and a target b, chosen by `kind`:
+- The loss of one entry (l0, j0, i0) is a function of s = <f(x), h> and a target b, chosen by ``loss``:
   "paper" g(b s) as written in paper C (g the sigmoid; it INCREASES with the margin b s, so minimizing it is
   wrong), "sigmoid" g(-b s) = 1 - g(b s) (the corrected sigmoid loss), "logistic" log(1 + exp(-b s)) (the book's
   loss) and "squared" (s - b)^2 (paper C's l2 variant, paper D's formulation).
 - attention="linear" replaces the softmax row f(x) by the unnormalized row A_{j0} x (linear attention).
-- Curvature: `hessian` is the closed-form Hessian A_{j0}^T H_a A_{j0}; `lipschitz_bound` a Lipschitz constant of the
-  gradient valid on all of R^{d^2} (an upper bound); `empirical_lipschitz` (random pairs and points) and
-  `max_hessian_norm` (multi-start ascent over the R-ball) give lower bounds on the constant over the ball;
-  `gap_study` (E7.3) and `attention_study` (E7.4) run them over the chapter's grids of T and R.
+- Curvature: ``hessian`` is the closed-form Hessian A_{j0}^T H_a A_{j0}; ``lipschitz_bound`` a Lipschitz constant of
+  the gradient valid on all of R^{d^2} (an upper bound); ``empirical_lipschitz`` (random pairs and points) and
+  ``max_hessian_norm`` (multi-start ascent over the R-ball) give lower bounds on the constant over the ball;
+  ``gap_study`` (E7.3) and ``attention_study`` (E7.4) run them over the chapter's grids of T and R.
   (The chapter writes the attention entry <f(x), h> as psi; the code calls it s.)
 
 Indices are 0-based in code (j0 = 0 is the math's j_0 = 1). Book translation (chapter 7): the book's sequence
@@ -25,6 +25,16 @@ i is C's l0 (C's m is the book's n), A2 = X_i (keys), row j0 of A1 is the query 
 
 Everything is float64 torch and broadcasts over leading batch dimensions: A_{j0} (..., T, D), x (..., D),
 h (..., T), b (...), with D = d^2.
+
+Examples
+--------
+>>> import torch
+>>> from attnsvm import tensor
+>>> Aj, h, b = tensor.random_instance(T=5, d=3, R=4.0, seed=0)
+>>> x = tensor.sample_ball(Aj, 4.0, 1, seed=0)[0]  # a point of the ball ||A_j0 x|| <= 4
+>>> H = tensor.hessian(Aj, x, h, b, loss="logistic")
+>>> bool(torch.linalg.matrix_norm(H, ord=2) <= tensor.lipschitz_bound(Aj, h, b, loss="logistic"))
+True
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from ._checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
 from ._checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
@@ -41,10 +52,10 @@ from ._checks import as_tensor, budget, choice, finite_result, positive_float, p
 __all__ = ["Ascent", "Comparison", "Estimate", "Instance", "Study", "alpha", "attention_row", "attention_study",
            "descend", "empirical_lipschitz", "f", "gap_study", "gradient", "h", "hessian", "hessian_norm",
            "into_ball", "kron", "kron_logits", "lipschitz_bound", "log10_bound", "loss", "mat", "max_hessian_norm",
-           "paper_gradient", "random_instance", "ratios", "row_block", "sample_ball", "u", "vec", "KINDS",
+           "paper_gradient", "random_instance", "ratios", "row_block", "sample_ball", "u", "vec", "LOSSES",
            "ATTENTIONS", "MAX_STEPS", "MAX_RECORDS"]
 
-KINDS = ("paper", "sigmoid", "logistic", "squared")
+LOSSES = ("paper", "sigmoid", "logistic", "squared")  # the losses of one entry (the ``loss`` argument)
 ATTENTIONS = ("softmax", "linear")
 _G1 = 0.25  # sup |g'| of the sigmoid g
 _G2 = 1.0 / (6.0 * math.sqrt(3.0))  # sup |g''| of the sigmoid g
@@ -99,14 +110,34 @@ def _size(tensor: torch.Tensor) -> int:
 
 # ------------------------------------------------------------------ vec, mat, Kronecker
 
-def vec(X) -> torch.Tensor:
-    """Row-major vectorization (paper C): (..., p, q) -> (..., p q), row i of X is entries i q .. i q + q - 1."""
+def vec(X: ArrayLike) -> torch.Tensor:
+    """Row-major vectorization (paper C): (..., p, q) -> (..., p q), row i of X is entries i q .. i q + q - 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> X = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    >>> tensor.vec(X).tolist()
+    [1.0, 2.0, 3.0, 4.0]
+    """
     X = _matrix(X, "X")
     return X.reshape(X.shape[:-2] + (-1,))
 
 
-def mat(x, rows: int | None = None) -> torch.Tensor:
-    """The inverse of `vec`: (..., p q) -> (..., p, q) with p = rows (default: square, p = q)."""
+def mat(x: ArrayLike, rows: int | None = None) -> torch.Tensor:
+    """The inverse of ``vec``: (..., p q) -> (..., p, q) with p = ``rows`` (default: square, p = q).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> x = torch.arange(6, dtype=torch.float64)
+    >>> tensor.mat(x, rows=2).shape
+    torch.Size([2, 3])
+    >>> bool((tensor.vec(tensor.mat(x, rows=2)) == x).all())
+    True
+    """
     x = as_tensor(x, "x")
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be a vector (..., p q) with p q >= 1 entries, got shape {tuple(x.shape)}")
@@ -121,8 +152,18 @@ def mat(x, rows: int | None = None) -> torch.Tensor:
     return x.reshape(x.shape[:-1] + (rows, size // rows))
 
 
-def kron(A1, A2) -> torch.Tensor:
-    """Batched Kronecker product: entry ((i1 n2 + i2), (j1 d2 + j2)) is A1[i1, j1] A2[i2, j2] (0-based)."""
+def kron(A1: ArrayLike, A2: ArrayLike) -> torch.Tensor:
+    """Batched Kronecker product: entry ((i1 n2 + i2), (j1 d2 + j2)) is A1[i1, j1] A2[i2, j2] (0-based).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> A1, A2 = torch.eye(2, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64)
+    >>> K = tensor.kron(A1, A2)
+    >>> K.shape, bool(torch.equal(K, torch.kron(A1, A2)))
+    (torch.Size([6, 4]), True)
+    """
     A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
     (n1, d1), (n2, d2) = A1.shape[-2:], A2.shape[-2:]
     batch = _batch(("A1", A1.shape[:-2]), ("A2", A2.shape[:-2]))
@@ -131,8 +172,19 @@ def kron(A1, A2) -> torch.Tensor:
     return _finite(K.reshape(K.shape[:-4] + (n1 * n2, d1 * d2)), "A1 kron A2", "A1 or A2 is too large")
 
 
-def kron_logits(A1, A2, X) -> torch.Tensor:
-    """(A1 kron A2) vec(X), shape (..., n1 n2): with row-major vec this is vec(A1 X A2^T), all logits at once."""
+def kron_logits(A1: ArrayLike, A2: ArrayLike, X: ArrayLike) -> torch.Tensor:
+    """(A1 kron A2) vec(X), shape (..., n1 n2): with row-major vec this is vec(A1 X A2^T), all logits at once.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> A1, A2, X = (torch.randn(3, 2, dtype=torch.float64) for _ in range(3))
+    >>> X = X[:2]
+    >>> logits = tensor.kron_logits(A1, A2, X)
+    >>> logits.shape, bool(torch.allclose(logits, tensor.vec(A1 @ X @ A2.T)))
+    (torch.Size([9]), True)
+    """
     A1, A2, X = _matrix(A1, "A1"), _matrix(A2, "A2"), _matrix(X, "X")
     if X.shape[-2:] != (A1.shape[-1], A2.shape[-1]):
         raise ValueError(f"X must have shape (..., {A1.shape[-1]}, {A2.shape[-1]}) (columns of A1 by columns of "
@@ -141,8 +193,18 @@ def kron_logits(A1, A2, X) -> torch.Tensor:
     return _finite((kron(A1, A2) @ vec(X)[..., None])[..., 0], "(A1 kron A2) vec(X)", "A1, A2 or X is too large")
 
 
-def row_block(A1, A2, j0: int) -> torch.Tensor:
-    """A_{j0}: rows j0 n2 .. j0 n2 + n2 - 1 of A1 kron A2 (A2 is (n2, d2)), i.e. A1[j0] kron A2, (..., n2, d1 d2)."""
+def row_block(A1: ArrayLike, A2: ArrayLike, j0: int) -> torch.Tensor:
+    """A_{j0}: rows j0 n2 .. j0 n2 + n2 - 1 of A1 kron A2 (A2 is (n2, d2)), i.e. A1[j0] kron A2, (..., n2, d1 d2).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> A1, A2 = torch.randn(3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    >>> Aj = tensor.row_block(A1, A2, 1)
+    >>> Aj.shape, bool(torch.equal(Aj, tensor.kron(A1, A2)[3:6]))
+    (torch.Size([3, 4]), True)
+    """
     A1, A2 = _matrix(A1, "A1"), _matrix(A2, "A2")
     if A1.shape[-2] < 1:
         raise ValueError(f"A1 must have at least one row (a query) to take a row block of, got shape {tuple(A1.shape)}")
@@ -171,24 +233,61 @@ def _finite_logits(Aj, x) -> torch.Tensor:
     return _finite(_logits(Aj, x), "the logits A_j0 x", "Aj or x is too large")
 
 
-def u(Aj, x) -> torch.Tensor:
-    """u(x) = exp(A_{j0} x), shape (..., T) (paper C, Definition 3.1)."""
+def u(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
+    """u(x) = exp(A_{j0} x), shape (..., T) (paper C, Definition 3.1).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> tensor.u(Aj, x).shape, bool((tensor.u(Aj, x) > 0).all())
+    (torch.Size([3]), True)
+    """
     return finite_result(torch.exp(_finite_logits(*_block_and_point(Aj, x))), "u(x) = exp(A_j0 x)",
                          "a logit A_j0 x exceeds 709: scale Aj or x down (f, the softmax, has no such limit)")
 
 
-def alpha(Aj, x) -> torch.Tensor:
-    """alpha(x) = <u(x), 1_T>, shape (...) (Definition 3.2)."""
+def alpha(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
+    """alpha(x) = <u(x), 1_T>, shape (...) (Definition 3.2).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> bool(tensor.alpha(Aj, x) == tensor.u(Aj, x).sum())
+    True
+    """
     return u(Aj, x).sum(-1)
 
 
-def f(Aj, x) -> torch.Tensor:
-    """f(x) = alpha(x)^{-1} u(x), the softmax of the logits A_{j0} x, shape (..., T) (Definition 3.3)."""
+def f(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
+    """f(x) = alpha(x)^{-1} u(x), the softmax of the logits A_{j0} x, shape (..., T) (Definition 3.3).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> round(float(tensor.f(Aj, x).sum()), 12)
+    1.0
+    """
     return torch.softmax(_finite_logits(*_block_and_point(Aj, x)), dim=-1)
 
 
-def h(A3, Y, i0: int) -> torch.Tensor:
-    """h(y) = A3 y_{i0} with y_{i0} column i0 of the value matrix Y, shape (..., T) (Definition 3.4)."""
+def h(A3: ArrayLike, Y: ArrayLike, i0: int) -> torch.Tensor:
+    """h(y) = A3 y_{i0} with y_{i0} column i0 of the value matrix Y, shape (..., T) (Definition 3.4).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> A3 = torch.ones(4, 2, dtype=torch.float64)
+    >>> Y = torch.tensor([[1.0, 0.0], [2.0, 1.0]], dtype=torch.float64)
+    >>> tensor.h(A3, Y, 0).tolist()
+    [3.0, 3.0, 3.0, 3.0]
+    """
     A3, Y = _matrix(A3, "A3"), _matrix(Y, "Y")
     if Y.shape[-2] != A3.shape[-1]:
         raise ValueError(f"Y must have {A3.shape[-1]} rows (the columns of A3), got shape {tuple(Y.shape)}")
@@ -198,8 +297,20 @@ def h(A3, Y, i0: int) -> torch.Tensor:
     return _finite((A3 @ Y[..., :, i0:i0 + 1])[..., 0], "h = A3 y_i0", "A3 or Y is too large")
 
 
-def attention_row(Aj, x, attention: str = "softmax") -> torch.Tensor:
-    """The attention row: f(x) (softmax) or the unnormalized logits A_{j0} x (attention="linear")."""
+def attention_row(Aj: ArrayLike, x: ArrayLike, attention: str = "softmax") -> torch.Tensor:
+    """The attention row: f(x) (softmax) or the unnormalized logits A_{j0} x (``attention="linear"``).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> import torch
+    >>> bool(torch.equal(tensor.attention_row(Aj, x), tensor.f(Aj, x)))
+    True
+    >>> tensor.attention_row(Aj, x, "linear").shape
+    torch.Size([3])
+    """
     _option(attention, "attention", ATTENTIONS)
     return f(Aj, x) if attention == "softmax" else _finite_logits(*_block_and_point(Aj, x))
 
@@ -227,33 +338,59 @@ def _entries(*shapes) -> float:
     return float(np.prod(torch.broadcast_shapes(*batch), dtype=float) * np.prod(tail, dtype=float))
 
 
-def _outer(s, b, kind: str):
-    """L, dL/ds and d^2L/ds^2 for the loss `kind` of s = <row, h> and target b."""
-    if kind == "squared":
+def _outer(s, b, loss: str):
+    """L, dL/ds and d^2L/ds^2 for the loss `loss` of s = <row, h> and target b."""
+    if loss == "squared":
         return (s - b) ** 2, 2 * (s - b), torch.full_like(s, 2.0)
     m = b * s
     g1 = torch.sigmoid(m) * torch.sigmoid(-m)  # g'(b s)
-    if kind == "logistic":
+    if loss == "logistic":
         return torch.logaddexp(torch.zeros_like(m), -m), -b * torch.sigmoid(-m), b ** 2 * g1
     slope, curvature = b * g1, b ** 2 * g1 * (1 - 2 * torch.sigmoid(m))  # b g'(b s), b^2 g''(b s)
-    if kind == "paper":
+    if loss == "paper":
         return torch.sigmoid(m), slope, curvature
     return torch.sigmoid(-m), -slope, -curvature
 
 
-def loss(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
-    """The loss of one entry (l0, j0, i0), shape (...): `kind` "paper" g(b s) (as written in paper C),
-    "sigmoid" g(-b s), "logistic" log(1 + e^{-b s}) or "squared" (s - b)^2, with s = <row(x), h>."""
-    _option(kind, "kind", KINDS)
+def loss(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
+         attention: str = "softmax") -> torch.Tensor:
+    """The loss of one entry (l0, j0, i0), shape (...): ``loss`` "paper" g(b s) (as written in paper C),
+    "sigmoid" g(-b s), "logistic" log(1 + e^{-b s}) or "squared" (s - b)^2, with s = <row(x), h> (``LOSSES``).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> value = tensor.loss(Aj, x, h, b, loss="logistic")
+    >>> value.shape, bool(value > 0)
+    (torch.Size([]), True)
+    """
+    return _entry_loss(Aj, x, h, b, loss, attention)
+
+
+def _entry_loss(Aj, x, h, b, loss: str, attention: str) -> torch.Tensor:
+    """``loss(Aj, x, h, b, loss=loss, attention=attention)`` (for the functions whose argument ``loss`` hides it)."""
+    _option(loss, "loss", LOSSES)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
     s = (attention_row(Aj, x, attention) * hv).sum(-1)
-    return _finite(_outer(s, b, kind)[0], "the loss", "Aj, x, h or b is too large")
+    return _finite(_outer(s, b, loss)[0], "the loss", "Aj, x, h or b is too large")
 
 
-def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+def gradient(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
+             attention: str = "softmax") -> torch.Tensor:
     """The closed-form gradient dL/dx (..., d^2) by the chain rule: dL/ds A_{j0}^T (f o (h - <f, h>)) for softmax
-    (the bracket in pairwise form, f_t sum_tau f_tau (h_t - h_tau)), dL/ds A_{j0}^T h for linear attention."""
-    _option(kind, "kind", KINDS)
+    (the bracket in pairwise form, f_t sum_tau f_tau (h_t - h_tau)), dL/ds A_{j0}^T h for linear attention.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> tensor.gradient(Aj, x, h, b, loss="squared").shape
+    torch.Size([4])
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
     _memory(_entries(Aj.shape[:-2], x.shape[:-1], hv.shape[:-1], b.shape, (Aj.shape[-2], Aj.shape[-2] + Aj.shape[-1])),
@@ -264,16 +401,16 @@ def gradient(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax")
         inner = row * (row[..., None, :] * (hv[..., :, None] - hv[..., None, :])).sum(-1)
     else:
         inner = hv.expand(row.shape)
-    slope = _outer(s, b, kind)[1]
+    slope = _outer(s, b, loss)[1]
     return _finite(slope[..., None] * (inner[..., None, :] @ Aj)[..., 0, :], "the gradient dL/dx",
                    "Aj, x, h or b is too large")
 
 
-def _logit_hessian(logits, hv, b, kind: str, attention: str) -> torch.Tensor:
+def _logit_hessian(logits, hv, b, loss: str, attention: str) -> torch.Tensor:
     """The Hessian of the loss in the logits a = A_{j0} x, (..., T, T)."""
     row = torch.softmax(logits, dim=-1) if attention == "softmax" else logits
     s = (row * hv).sum(-1)
-    _, slope, curvature = _outer(s, b, kind)
+    _, slope, curvature = _outer(s, b, loss)
     if attention == "linear":
         hb = hv.expand(row.shape)
         return curvature[..., None, None] * hb[..., :, None] * hb[..., None, :]
@@ -283,23 +420,45 @@ def _logit_hessian(logits, hv, b, kind: str, attention: str) -> torch.Tensor:
             + slope[..., None, None] * (torch.diag_embed(w) - outer - outer.mT))
 
 
-def hessian(Aj, x, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+def hessian(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
+            attention: str = "softmax") -> torch.Tensor:
     """The closed-form Hessian d^2L/dx^2 (..., d^2, d^2) = A_{j0}^T H_a A_{j0}, with H_a the Hessian in the logits:
     L'' w w^T + L' (diag(w) - w f^T - f w^T), w = f o (h - <f, h>) (softmax), or L'' h h^T (linear attention),
-    where L', L'' are the derivatives of the loss with respect to s = <row, h>."""
-    _option(kind, "kind", KINDS)
+    where L', L'' are the derivatives of the loss with respect to s = <row, h>.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> H = tensor.hessian(Aj, x, h, b)
+    >>> import torch
+    >>> H.shape, bool(torch.allclose(H, H.T))
+    (torch.Size([4, 4]), True)
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     Aj, x, hv, b = _arguments(Aj, x, h, b)
     T, D = Aj.shape[-2:]
     _memory(_entries(Aj.shape[:-2], x.shape[:-1], hv.shape[:-1], b.shape, (D * D + 2 * T * T + T * D,)),
             "Aj, x, h and b (the Hessian is (..., d^2, d^2))")
-    return _finite(Aj.mT @ _logit_hessian(_finite_logits(Aj, x), hv, b, kind, attention) @ Aj,
+    return _finite(Aj.mT @ _logit_hessian(_finite_logits(Aj, x), hv, b, loss, attention) @ Aj,
                    "the Hessian d^2L/dx^2", "Aj, x, h or b is too large")
 
 
-def paper_gradient(Aj, x, h, b) -> torch.Tensor:
+def paper_gradient(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike) -> torch.Tensor:
     """Paper C's Lemma 3.11 as written: dL/dx_i = g(s)(1 - g(s)) b (<f o A_{j0,*,i}, h> - s <f, A_{j0,*,i}>),
-    s = <f, h>. It is the gradient of g(b s) only for b in {-1, 0, 1} (the chain rule gives g'(b s), not g'(s))."""
+    s = <f, h>. It is the gradient of g(b s) only for b in {-1, 0, 1} (the chain rule gives g'(b s), not g'(s)).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=1.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 1.0, 1, seed=0)[0]
+    >>> import torch
+    >>> bool(torch.allclose(tensor.paper_gradient(Aj, x, h, b), tensor.gradient(Aj, x, h, b, loss="paper")))
+    True
+    """
     Aj, x, hv, b = _arguments(Aj, x, h, b)
     fx = f(Aj, x)
     s = (fx * hv).sum(-1)
@@ -312,11 +471,19 @@ def paper_gradient(Aj, x, h, b) -> torch.Tensor:
 
 # ------------------------------------------------------------------ Lipschitz bounds
 
-def log10_bound(T, R):
-    """log10 of M = 3 T^3 R^7 exp(13 R^2), paper C's Lemma 3.13 (M overflows float64 from R = 7.4 on).
+def log10_bound(T: ArrayLike, R: ArrayLike) -> float | np.ndarray:
+    """log10 of M = 3 T^3 R^7 exp(13 R^2), paper C's Lemma 3.13 (M overflows float64 from R = 7.4 on): a float,
+    or an array of the broadcast shape of ``T`` and ``R``.
 
     T is the sentence length (paper C writes n^3). The lemma assumes R >= 4, ||A_{j0}|| <= R and
-    ||A_{j0} x|| <= R."""
+    ||A_{j0} x|| <= R.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> round(tensor.log10_bound(5, 4.0), 4)
+    97.1217
+    """
     n_arr, R_arr = _real_array(T, "T"), _real_array(R, "R")
     if not np.all(np.isfinite(R_arr)) or np.any(R_arr < 4):
         raise ValueError(f"R must be >= 4 (a hypothesis of Lemma 3.13), got {R!r}")
@@ -344,36 +511,56 @@ def _real_array(value, name: str) -> np.ndarray:
     return array.astype(float)
 
 
-def lipschitz_bound(Aj, h, b, *, kind: str = "logistic", attention: str = "softmax") -> torch.Tensor:
+def lipschitz_bound(Aj: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
+                    attention: str = "softmax") -> torch.Tensor:
     """A Lipschitz constant of x -> dL/dx valid on all of R^{d^2} (the book's derivation, chapter 7), shape (...).
 
     Softmax, with rho = max h - min h and A = ||A_{j0}||_2: |l''| b^2 A^2 rho^2 / 4 + |l'| |b| A^2 (5/4) rho, with
     sup |l'|, sup |l''| = 1, 1/4 (logistic) or 1/4, 1/(6 sqrt 3) (paper, sigmoid); squared: A^2 (rho^2 / 2 +
-    (5/2) rho (max |h| + |b|)). Linear attention (exact): sup |l''| b^2 ||A_{j0}^T h||^2, with 2 for squared."""
-    _option(kind, "kind", KINDS)
+    (5/2) rho (max |h| + |b|)). Linear attention (exact): sup |l''| b^2 ||A_{j0}^T h||^2, with 2 for squared.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> instance = tensor.random_instance(T=3, d=2, R=4.0, seed=0, batch=2)
+    >>> bound = tensor.lipschitz_bound(*instance, loss="logistic")
+    >>> bound.shape, bool((bound > 0).all())
+    (torch.Size([2]), True)
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     Aj = _block(Aj, "Aj")
     hv, b = _values_and_target(Aj, h, b)
-    return _finite(_lipschitz_bound(Aj, hv, b, kind, attention), "the Lipschitz bound", "Aj, h or b is too large")
+    return _finite(_lipschitz_bound(Aj, hv, b, loss, attention), "the Lipschitz bound", "Aj, h or b is too large")
 
 
-def _lipschitz_bound(Aj, hv, b, kind: str, attention: str) -> torch.Tensor:
-    second = {"logistic": 0.25, "paper": _G2, "sigmoid": _G2, "squared": 2.0}[kind]
+def _lipschitz_bound(Aj, hv, b, loss: str, attention: str) -> torch.Tensor:
+    second = {"logistic": 0.25, "paper": _G2, "sigmoid": _G2, "squared": 2.0}[loss]
     if attention == "linear":
         ATh = (hv[..., None, :] @ Aj)[..., 0, :].norm(dim=-1)
-        return second * (b ** 2 if kind != "squared" else 1.0) * ATh ** 2
+        return second * (b ** 2 if loss != "squared" else 1.0) * ATh ** 2
     A2 = torch.linalg.matrix_norm(Aj, ord=2) ** 2
     rho = hv.max(-1).values - hv.min(-1).values
-    if kind == "squared":
+    if loss == "squared":
         return A2 * (rho ** 2 / 2 + 2.5 * rho * (hv.abs().max(-1).values + b.abs()))
-    first = 1.0 if kind == "logistic" else _G1
+    first = 1.0 if loss == "logistic" else _G1
     return A2 * (second * b ** 2 * rho ** 2 / 4 + first * b.abs() * 1.25 * rho)
 
 
 # ------------------------------------------------------------------ instances and points of the R-ball
 
 class Instance(NamedTuple):
-    """One loss entry: the row block A_{j0} (..., T, d^2), the values h (..., T) and the target b (...)."""
+    """One loss entry: the row block A_{j0} (..., T, d^2), the values h (..., T) and the target b (...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> instance = tensor.Instance(torch.eye(2, 4, dtype=torch.float64), torch.tensor([1.0, -1.0]),
+    ...                            torch.tensor(1.0))
+    >>> instance.Aj.shape, instance.h.shape, instance.b.shape
+    (torch.Size([2, 4]), torch.Size([2]), torch.Size([]))
+    """
 
     Aj: torch.Tensor
     h: torch.Tensor
@@ -383,7 +570,19 @@ class Instance(NamedTuple):
 def random_instance(T: int, d: int, R: float, *, seed: int, batch: int | None = None,
                     h_norm: float | None = None) -> Instance:
     """Gaussian A1, A2 (T, d), the block A_{j0} (j0 = 0) scaled to ||A_{j0}||_2 = R (the largest norm Lemma 3.13
-    allows), Gaussian h scaled to ||h||_2 = h_norm (default R) and b = +-1 with probability 1/2."""
+    allows), Gaussian h scaled to ||h||_2 = h_norm (default R) and b = +-1 with probability 1/2; ``batch``
+    instances (a leading dimension) or one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=4.0, seed=0, batch=5)
+    >>> Aj.shape, h.shape, b.shape
+    (torch.Size([5, 3, 4]), torch.Size([5, 3]), torch.Size([5]))
+    >>> round(float(torch.linalg.matrix_norm(Aj[0], ord=2)), 4)
+    4.0
+    """
     T, d = positive_int(T, "T"), positive_int(d, "d")
     R = _positive(R, "R")
     h_norm = R if h_norm is None else _positive(h_norm, "h_norm")
@@ -420,9 +619,18 @@ def _row_space_direction(Aj: torch.Tensor, shape: tuple, gen: torch.Generator) -
     return direction / direction.norm(dim=-1, keepdim=True)
 
 
-def sample_ball(Aj, R: float, count: int, *, seed: int) -> torch.Tensor:
-    """`count` random points x (count, ..., d^2) of the R-ball {x : ||A_{j0} x||_2 <= R} in the row space of A_{j0}
-    (the other directions change no logit), with ||A_{j0} x|| uniform on [0, R]."""
+def sample_ball(Aj: ArrayLike, R: float, count: int, *, seed: int) -> torch.Tensor:
+    """``count`` random points x (count, ..., d^2) of the R-ball {x : ||A_{j0} x||_2 <= R} in the row space of
+    A_{j0} (the other directions change no logit), with ||A_{j0} x|| uniform on [0, R].
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> Aj, h, b = tensor.random_instance(T=3, d=2, R=4.0, seed=0)
+    >>> x = tensor.sample_ball(Aj, 4.0, 10, seed=1)
+    >>> x.shape, bool(((x @ Aj.T).norm(dim=-1) <= 4.0).all())
+    (torch.Size([10, 4]), True)
+    """
     Aj = _block(Aj, "Aj")
     R, count = _ball_radius(Aj, R), positive_int(count, "count")
     _memory(3.0 * count * Aj[..., 0, :].numel(), "count (count points of the ball per instance)")
@@ -433,8 +641,18 @@ def sample_ball(Aj, R: float, count: int, *, seed: int) -> torch.Tensor:
                    "R / ||A_j0|| is too large (Aj is too small for R)")
 
 
-def into_ball(Aj, x, R: float) -> torch.Tensor:
-    """x scaled towards 0 just enough that ||A_{j0} x|| <= R (the ball is convex and contains 0)."""
+def into_ball(Aj: ArrayLike, x: ArrayLike, R: float) -> torch.Tensor:
+    """x scaled towards 0 just enough that ||A_{j0} x|| <= R (the ball is convex and contains 0).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> Aj = torch.eye(2, 4, dtype=torch.float64)
+    >>> x = torch.tensor([3.0, 4.0, 7.0, 0.0], dtype=torch.float64)
+    >>> [round(value, 4) for value in tensor.into_ball(Aj, x, 1.0).tolist()]
+    [0.6, 0.8, 1.4, 0.0]
+    """
     Aj, x = _block_and_point(Aj, x)
     R = _positive(R, "R")
     norm = _finite(_finite_logits(Aj, x).norm(dim=-1), "||A_j0 x||", "Aj or x is too large")
@@ -447,8 +665,17 @@ def _callable(function, name: str = "function") -> Callable:
     return function
 
 
-def ratios(function: Callable, x1, x2) -> torch.Tensor:
-    """Lipschitz ratios ||F(x1) - F(x2)|| / ||x1 - x2|| over the last dimension (F(x) vector-valued), shape (...)."""
+def ratios(function: Callable, x1: ArrayLike, x2: ArrayLike) -> torch.Tensor:
+    """Lipschitz ratios ||F(x1) - F(x2)|| / ||x1 - x2|| over the last dimension (F(x) vector-valued), shape (...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> x1, x2 = torch.zeros(3, 2, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64)
+    >>> [round(value, 4) for value in tensor.ratios(lambda x: 3 * x, x1, x2).tolist()]
+    [3.0, 3.0, 3.0]
+    """
     _callable(function)
     x1, x2 = as_tensor(x1, "x1"), as_tensor(x2, "x2")
     if x1.ndim < 1 or x1.shape[-1] < 1:
@@ -475,11 +702,20 @@ def _function_value(function: Callable, x: torch.Tensor, name: str) -> torch.Ten
     return as_tensor(value, f"function({name})")
 
 
-def hessian_norm(function: Callable, x, *, iterations: int = 30, seed: int = 0) -> torch.Tensor:
+def hessian_norm(function: Callable, x: ArrayLike, *, iterations: int = 30, seed: int = 0) -> torch.Tensor:
     """A lower bound on ||Hess F(x)||_2 for a scalar F (batched: F maps (..., D) to (...)), shape (...).
 
     Power iteration with Hessian-vector products by double backward (torch.autograd); the result is
-    ||H v|| for a unit v, which never exceeds ||H||_2 and converges to it."""
+    ||H v|| for a unit v, which never exceeds ||H||_2 and converges to it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> F = lambda x: (x[..., 0] ** 2 + 3 * x[..., 1] ** 2)  # Hessian diag(2, 6)
+    >>> round(float(tensor.hessian_norm(F, torch.zeros(2, dtype=torch.float64))), 4)
+    6.0
+    """
     _callable(function)
     iterations = positive_int(iterations, "iterations")
     budget(iterations, "iterations", MAX_STEPS, "power iterations (each a double backward pass)")
@@ -506,20 +742,37 @@ def hessian_norm(function: Callable, x, *, iterations: int = 30, seed: int = 0) 
 
 
 class Estimate(NamedTuple):
-    """Empirical Lipschitz constants of the gradient (lower bounds of the true one), one per instance."""
+    """Empirical Lipschitz constants of the gradient (lower bounds of the true one), one per instance: what
+    ``empirical_lipschitz`` returns.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> tensor.Estimate._fields
+    ('pairs', 'power')
+    """
 
     pairs: torch.Tensor  # max ||grad(x) - grad(x')|| / ||x - x'|| over sampled pairs of the R-ball
     power: torch.Tensor  # max over sampled points of the Hessian's spectral norm (power iteration)
 
 
-def empirical_lipschitz(instance: Instance, R: float, *, kind: str = "logistic", attention: str = "softmax",
+def empirical_lipschitz(instance: Instance, R: float, *, loss: str = "logistic", attention: str = "softmax",
                         points: int = 64, iterations: int = 30, seed: int = 0, close: float = 1e-4) -> Estimate:
     """Two lower bounds on the Lipschitz constant of x -> dL/dx over the R-ball {||A_{j0} x|| <= R}, per instance.
 
-    pairs: `points` far pairs (independent random points) and `points` close pairs (a step of relative size
-    `close` in a random direction of the row space); power: `hessian_norm` at the same `points` points. Every
-    pair lies in the convex ball, so each ratio is at most the constant; so is each Hessian norm."""
-    _option(kind, "kind", KINDS)
+    pairs: ``points`` far pairs (independent random points) and ``points`` close pairs (a step of relative size
+    ``close`` in a random direction of the row space); power: ``hessian_norm`` at the same ``points`` points. Every
+    pair lies in the convex ball, so each ratio is at most the constant; so is each Hessian norm.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> instance = tensor.random_instance(T=3, d=2, R=4.0, seed=0, batch=2)
+    >>> estimate = tensor.empirical_lipschitz(instance, 4.0, loss="logistic", points=8, iterations=5)
+    >>> estimate.pairs.shape, bool((estimate.pairs <= tensor.lipschitz_bound(*instance)).all())
+    (torch.Size([2]), True)
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     Aj, hv, b = _instance(instance)
     R, close = _ball_radius(Aj, R, "instance.Aj"), _positive(close, "close")
@@ -541,10 +794,10 @@ def empirical_lipschitz(instance: Instance, R: float, *, kind: str = "logistic",
                              f"close")
 
         def grad(z):
-            return gradient(Aj, z, hv, b, kind=kind, attention=attention)
+            return gradient(Aj, z, hv, b, loss=loss, attention=attention)
 
         pairs = torch.maximum(ratios(grad, x, far), ratios(grad, x, near)).max(0).values
-        power = hessian_norm(lambda z: loss(Aj, z, hv, b, kind=kind, attention=attention), x,
+        power = hessian_norm(lambda z: _entry_loss(Aj, z, hv, b, loss, attention), x,
                              iterations=iterations, seed=seed + 2).max(0).values
     return Estimate(pairs, power)
 
@@ -579,26 +832,44 @@ class _blaming:
 
 
 class Ascent(NamedTuple):
-    """The largest Hessian norm found by `max_hessian_norm` (a lower bound on the Lipschitz constant over the ball,
-    per instance) and a point of the ball where it is attained."""
+    """The largest Hessian norm found by ``max_hessian_norm`` (a lower bound on the Lipschitz constant over the
+    ball, per instance) and a point of the ball where it is attained.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> tensor.Ascent._fields
+    ('value', 'point')
+    """
 
     value: torch.Tensor  # (...)
     point: torch.Tensor  # (..., d^2)
 
 
-def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", attention: str = "softmax",
+def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", attention: str = "softmax",
                      starts: int = 32, steps: int = 200, lr: float = 0.05, seed: int = 0) -> Ascent:
     """Multi-start projected gradient ascent of ||Hess L(x)||_2 over the R-ball {||A_{j0} x|| <= R}, per instance.
 
     The loss depends on x only through the logits a = A_{j0} x, which fill the ball ||a|| <= R of the column space
     of A_{j0}: with the SVD A_{j0} = U S V^T the search runs over c, a = U c, ||c|| <= R, and ||Hess L(x)|| is the
-    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 and `starts`
-    random points of the ball, each with a random unit vector e) takes `steps` Adam steps (learning rate `lr` R)
+    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 and ``starts``
+    random points of the ball, each with a random unit vector e) takes ``steps`` Adam steps (learning rate ``lr`` R)
     on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c and e, and c is scaled back into the ball after
     each step. The result is the largest ||M(c)|| (exact, by eigvalsh) over the final and the best points of all
     starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
-    ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}."""
-    _option(kind, "kind", KINDS)
+    ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> instance = tensor.random_instance(T=3, d=2, R=4.0, seed=0, batch=2)
+    >>> found = tensor.max_hessian_norm(instance, 4.0, loss="logistic", starts=4, steps=20)
+    >>> found.value.shape, found.point.shape
+    (torch.Size([2]), torch.Size([2, 4]))
+    >>> bool((found.value <= tensor.lipschitz_bound(*instance)).all())
+    True
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     Aj, hv, b = _instance(instance)
     R = _ball_radius(Aj, R, "instance.Aj")
@@ -619,7 +890,7 @@ def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", at
     e = torch.randn(c.shape, generator=gen, dtype=torch.float64) * keep
 
     def M(z):
-        return SU @ _logit_hessian((U @ (z * keep)[..., None])[..., 0], hv, b, kind, attention) @ SU.mT
+        return SU @ _logit_hessian((U @ (z * keep)[..., None])[..., 0], hv, b, loss, attention) @ SU.mT
 
     def project(z):
         return z * torch.clamp(R / (z * keep).norm(dim=-1).clamp_min(1e-300), max=1.0)[..., None]
@@ -654,11 +925,22 @@ def max_hessian_norm(instance: Instance, R: float, *, kind: str = "logistic", at
     return Ascent(norms.max(0).values, point)
 
 
-def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logistic",
+def descend(instance: Instance, x0: ArrayLike, *, lr: float, steps: int, loss: str = "logistic",
             attention: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
     """Plain gradient descent x <- x - lr dL/dx on one loss entry from x0 (..., d^2): the losses (steps + 1, ...)
-    and the final point. With lr <= 1 / (a Lipschitz constant of the gradient) every step decreases the loss."""
-    _option(kind, "kind", KINDS)
+    and the final point. With lr <= 1 / (a Lipschitz constant of the gradient) every step decreases the loss.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import tensor
+    >>> instance = tensor.random_instance(T=3, d=2, R=4.0, seed=0)
+    >>> lr = 1 / tensor.lipschitz_bound(*instance).item()
+    >>> losses, x = tensor.descend(instance, torch.zeros(4, dtype=torch.float64), lr=lr, steps=20)
+    >>> losses.shape, bool((losses.diff() <= 0).all())
+    (torch.Size([21]), True)
+    """
+    _option(loss, "loss", LOSSES)
     _option(attention, "attention", ATTENTIONS)
     lr, steps = _positive(lr, "lr"), positive_int(steps, "steps", minimum=0)
     budget(steps, "steps", MAX_RECORDS, "steps (one loss kept per step)")
@@ -669,13 +951,13 @@ def descend(instance: Instance, x0, *, lr: float, steps: int, kind: str = "logis
                          f"{tuple(x.shape)}")
     _batch(("instance", Aj.shape[:-2]), ("x0", x.shape[:-1]))
     with _blaming("instance or x0"):
-        losses = [loss(Aj, x, hv, b, kind=kind, attention=attention)]
+        losses = [_entry_loss(Aj, x, hv, b, loss, attention)]
     for k in range(steps):
         try:
-            x = x - lr * gradient(Aj, x, hv, b, kind=kind, attention=attention)
+            x = x - lr * gradient(Aj, x, hv, b, loss=loss, attention=attention)
             if not torch.isfinite(x).all():
                 raise FloatingPointError("x overflowed float64")
-            losses.append(loss(Aj, x, hv, b, kind=kind, attention=attention))
+            losses.append(_entry_loss(Aj, x, hv, b, loss, attention))
         except FloatingPointError as err:
             raise FloatingPointError(f"descend diverged at step {k + 1} ({err}): lower lr (got {lr!r})") from err
     return torch.stack(losses), x
@@ -728,7 +1010,14 @@ class _cell:
 
 class Study(NamedTuple):
     """Bounds on the Lipschitz constant of the gradient over the R-ball, per sentence length T, radius R and
-    instance, each (len(sizes), len(radii), batch), and paper C's constant."""
+    instance, each (len(sizes), len(radii), batch), and paper C's constant: what ``gap_study`` returns.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> tensor.Study._fields
+    ('sampled', 'found', 'ours', 'log10_M')
+    """
 
     sampled: torch.Tensor  # max of `empirical_lipschitz`'s pairs and power: a lower bound
     found: torch.Tensor  # `max_hessian_norm`: a lower bound
@@ -736,12 +1025,22 @@ class Study(NamedTuple):
     log10_M: np.ndarray  # (len(sizes), len(radii)): log10 of Lemma 3.13's M (`log10_bound`)
 
 
-def gap_study(sizes, radii, *, d: int = 3, batch: int = 20, kind: str = "paper", points: int = 64,
-              iterations: int = 20, starts: int = 16, steps: int = 60) -> Study:
-    """Chapter 7's E7.3: for each T in `sizes` and R in `radii` (R >= 4), `batch` instances
-    `random_instance(T, d, R, seed=T)`, bracketed by random sampling (`empirical_lipschitz`, `points` points,
-    `iterations` power steps) and ascent (`max_hessian_norm`, `starts` starts of `steps` steps), both with
-    seed int(R), and by `lipschitz_bound`."""
+def gap_study(sizes: ArrayLike, radii: ArrayLike, *, d: int = 3, batch: int = 20, loss: str = "paper",
+              points: int = 64, iterations: int = 20, starts: int = 16, steps: int = 60) -> Study:
+    """Chapter 7's E7.3: for each T in ``sizes`` and R in ``radii`` (R >= 4), ``batch`` instances
+    ``random_instance(T, d, R, seed=T)``, bracketed by random sampling (``empirical_lipschitz``, ``points`` points,
+    ``iterations`` power steps) and ascent (``max_hessian_norm``, ``starts`` starts of ``steps`` steps), both with
+    seed int(R), and by ``lipschitz_bound``.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> study = tensor.gap_study([2, 3], [4.0], d=2, batch=2, points=4, iterations=2, starts=1, steps=2)
+    >>> study.ours.shape, study.log10_M.shape
+    (torch.Size([2, 1, 2]), (2, 1))
+    >>> bool((study.sampled <= study.ours).all() and (study.found <= study.ours).all())
+    True
+    """
     sizes = _values(sizes, "sizes", positive_int)
     radii = _values(radii, "radii", _radius)
     if min(radii) < 4:
@@ -750,7 +1049,7 @@ def gap_study(sizes, radii, *, d: int = 3, batch: int = 20, kind: str = "paper",
     d, batch, points = positive_int(d, "d"), positive_int(batch, "batch"), positive_int(points, "points")
     iterations, starts = positive_int(iterations, "iterations"), positive_int(starts, "starts")
     steps = positive_int(steps, "steps", minimum=0)
-    _option(kind, "kind", KINDS)
+    _option(loss, "loss", LOSSES)
     _study_budget(max(sizes), d, len(sizes) * len(radii), batch, points, starts,
                   points * (iterations + 4) + (starts + 1) * (steps + 2),
                   "sizes, radii, d, batch, points, iterations, starts and steps")
@@ -761,18 +1060,26 @@ def gap_study(sizes, radii, *, d: int = 3, batch: int = 20, kind: str = "paper",
         for R in radii:
             with _cell(f"T={T}, R={R}", "radii"):
                 instance = random_instance(T, d, R, seed=T, batch=batch)
-                estimate = empirical_lipschitz(instance, R, kind=kind, points=points, iterations=iterations,
+                estimate = empirical_lipschitz(instance, R, loss=loss, points=points, iterations=iterations,
                                                seed=int(R))
                 sampled.append(torch.maximum(estimate.pairs, estimate.power))
-                found.append(max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps,
+                found.append(max_hessian_norm(instance, R, loss=loss, starts=starts, steps=steps,
                                               seed=int(R)).value)
-                ours.append(lipschitz_bound(*instance, kind=kind))
+                ours.append(lipschitz_bound(*instance, loss=loss))
     shape = (len(sizes), len(radii), -1)
     return Study(*(torch.stack(t).reshape(shape) for t in (sampled, found, ours)), log10_M)
 
 
 class Comparison(NamedTuple):
-    """Softmax against linear attention on the same instances, each (len(radii), batch)."""
+    """Softmax against linear attention on the same instances, each (len(radii), batch): what
+    ``attention_study`` returns.
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> tensor.Comparison._fields
+    ('found', 'ours', 'linear', 'linear_found')
+    """
 
     found: torch.Tensor  # softmax: `max_hessian_norm`, a lower bound
     ours: torch.Tensor  # softmax: `lipschitz_bound`, an upper bound
@@ -780,14 +1087,22 @@ class Comparison(NamedTuple):
     linear_found: torch.Tensor  # linear attention: `max_hessian_norm` (1 start, 5 steps), which should equal it
 
 
-def attention_study(radii, kind: str, *, T: int = 5, d: int = 3, batch: int = 50, h_norm: float | None = None,
-                    starts: int = 16, steps: int = 60) -> Comparison:
-    """Chapter 7's E7.4: for each R in `radii`, `batch` instances `random_instance(T, d, R, seed=int(R),
-    h_norm=h_norm)` (||h|| = R by default), the Lipschitz constant of the gradient of loss `kind` over the R-ball
-    for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and
-    ascent as a check)."""
+def attention_study(radii: ArrayLike, loss: str, *, T: int = 5, d: int = 3, batch: int = 50,
+                    h_norm: float | None = None, starts: int = 16, steps: int = 60) -> Comparison:
+    """Chapter 7's E7.4: for each R in ``radii``, ``batch`` instances ``random_instance(T, d, R, seed=int(R),
+    h_norm=h_norm)`` (||h|| = R by default), the Lipschitz constant of the gradient of the loss ``loss`` over the
+    R-ball for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and
+    ascent as a check).
+
+    Examples
+    --------
+    >>> from attnsvm import tensor
+    >>> result = tensor.attention_study([1.0, 2.0], "logistic", T=3, d=2, batch=2, starts=1, steps=2)
+    >>> result.found.shape, bool((result.found <= result.ours).all())
+    (torch.Size([2, 2]), True)
+    """
     radii = _values(radii, "radii", _radius)
-    _option(kind, "kind", KINDS)
+    _option(loss, "loss", LOSSES)
     T, d, batch = positive_int(T, "T"), positive_int(d, "d"), positive_int(batch, "batch")
     starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
     h_norm = None if h_norm is None else _positive(h_norm, "h_norm")
@@ -798,10 +1113,10 @@ def attention_study(radii, kind: str, *, T: int = 5, d: int = 3, batch: int = 50
         with _cell(f"R={R}", "radii or h_norm"):
             instance = random_instance(T, d, R, seed=int(R), batch=batch, h_norm=h_norm)
             columns.append((
-                max_hessian_norm(instance, R, kind=kind, starts=starts, steps=steps, seed=int(R)).value,
-                lipschitz_bound(*instance, kind=kind),
-                lipschitz_bound(*instance, kind=kind, attention="linear"),
-                max_hessian_norm(instance, R, kind=kind, starts=1, steps=5, attention="linear").value))
+                max_hessian_norm(instance, R, loss=loss, starts=starts, steps=steps, seed=int(R)).value,
+                lipschitz_bound(*instance, loss=loss),
+                lipschitz_bound(*instance, loss=loss, attention="linear"),
+                max_hessian_norm(instance, R, loss=loss, starts=1, steps=5, attention="linear").value))
     return Comparison(*(torch.stack(column) for column in zip(*columns)))
 
 

@@ -1,14 +1,19 @@
-"""Quantities of the theory: token scores, optimal and locally-optimal tokens, margins, support tokens, correlation."""
+"""Quantities of the theory: token scores, optimal and locally-optimal tokens, margins, support tokens, correlation.
+
+Arguments come in the order of ``attnsvm.model``: the problem, then the key-query matrix ``W``, then a selection
+``alpha`` (one token index per sequence).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from . import data, svm
 from ._checks import as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
 from .data import Problem, _as_problem, _memory, _real, _seed, _sizes
-from .model import attention, logits, queries, token_values, weights
+from .model import as_key_query, attention, logits, queries, token_values
 
 __all__ = ["convergence", "correlation", "cosine", "locally_optimal", "margins", "neighbour_selections",
            "optimal_tokens", "sample_feasible", "support_tokens", "token_scores", "SUPPORT_TOL", "MAX_DRAWS",
@@ -19,7 +24,7 @@ MAX_DRAWS = 10**7  # sample_feasible draws at most this many random problems
 OVERFLOW = "the logits x_it^T W z_i of problem and W overflow float64: scale problem.X, problem.Z or W down"
 
 
-def _with_queries(problem) -> Problem:
+def _with_queries(problem: object) -> Problem:
     """`problem` checked to be a Problem with query tokens Z (paper A's model)."""
     if _as_problem(problem).Z is None:
         raise ValueError("problem has no query tokens Z (a prompt-model problem, trained by train.gd_prompt): this "
@@ -27,7 +32,7 @@ def _with_queries(problem) -> Problem:
     return problem
 
 
-def _array(value, name: str) -> np.ndarray:
+def _array(value: ArrayLike, name: str) -> np.ndarray:
     """`value` as a numpy array (a CPU tensor detached), or a TypeError naming it (ragged lists, objects)."""
     if torch.is_tensor(value):
         if value.device.type != "cpu":
@@ -40,19 +45,19 @@ def _array(value, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be an array of integer token indices, got {type(value).__name__}") from err
 
 
-def _selection(problem: Problem, alpha) -> torch.Tensor:
+def _selection(problem: Problem, alpha: ArrayLike) -> torch.Tensor:
     """`alpha` checked to hold one token index per sequence of `problem`, as a long tensor (..., n)."""
     shape = problem.batch_shape + (problem.n,)
     return torch.as_tensor(as_index(_array(alpha, "alpha"), "alpha", shape, problem.T), device=problem.X.device)
 
 
-def _margins(problem: Problem, alpha: torch.Tensor, W) -> torch.Tensor:
+def _margins(problem: Problem, W: ArrayLike, alpha: torch.Tensor) -> torch.Tensor:
     """The margins of `margins`, as a tensor (unchecked for overflow); W may have extra leading dimensions."""
     scores = logits(problem, W).detach()
     return scores.gather(-1, alpha.expand(scores.shape[:-1])[..., None]) - scores
 
 
-def _normalized_inner(A: torch.Tensor, B: torch.Tensor, dims, zero: str) -> np.ndarray:
+def _normalized_inner(A: torch.Tensor, B: torch.Tensor, dims: int | tuple[int, ...], zero: str) -> np.ndarray:
     """<A, B> / (||A|| ||B||) over `dims` (numpy); zero A or B raise `zero`. Where the largest entry of an A or B
     lies outside [1e-150, 1e150] (squares and products would over- or underflow), both are first divided by their
     largest entries: the ratio does not change, and in range it is computed as it always was."""
@@ -70,19 +75,47 @@ def _normalized_inner(A: torch.Tensor, B: torch.Tensor, dims, zero: str) -> np.n
 
 
 def token_scores(problem: Problem) -> torch.Tensor:
-    """gamma_it = Y_i v^T x_it: how much selecting token t helps classify sequence i, shape (..., n, T)."""
+    """gamma_it = Y_i v^T x_it: how much selecting token t helps classify sequence i, shape (..., n, T).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]], [-1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> theory.token_scores(problem).tolist()
+    [[-1.0, -0.0, 1.0]]
+    """
     scores = _as_problem(problem).Y[..., None] * token_values(problem)
     return finite_result(scores, "token_scores", "problem.X times the head problem.v overflows float64: scale the "
                                                  "tokens or the head down")
 
 
 def optimal_tokens(problem: Problem) -> torch.Tensor:
-    """opt_i = argmax_t gamma_it, the token a linear head wants attention to select, shape (..., n)."""
+    """opt_i = argmax_t gamma_it, the token a linear head wants attention to select, shape (..., n).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]], [-1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> theory.optimal_tokens(problem).tolist()
+    [2]
+    >>> tuple(theory.optimal_tokens(data.random_problem(3, 4, 2, seed=0, batch=5)).shape)
+    (5, 3)
+    """
     return token_scores(problem).argmax(-1)
 
 
-def correlation(A, B) -> np.ndarray:
-    """<A, B> / (||A||_F ||B||_F) over the last two dimensions, broadcast over leading ones (numpy result)."""
+def correlation(A: ArrayLike, B: ArrayLike) -> np.ndarray:
+    """<A, B> / (||A||_F ||B||_F) over the last two dimensions, broadcast over leading ones (numpy result).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import theory
+    >>> float(theory.correlation(np.eye(2), 3 * np.eye(2)))
+    1.0
+    >>> round(float(theory.correlation(np.eye(2), [[1.0, 0.0], [0.0, 0.0]])), 4)
+    0.7071
+    """
     A, B = as_tensor(A, "A", device="cpu"), as_tensor(B, "B", device="cpu")
     if A.ndim < 2 or B.ndim < 2 or A.shape[-2:] != B.shape[-2:]:
         raise ValueError(f"A and B must be matrices of the same shape (..., p, q), got {tuple(A.shape)} and "
@@ -94,19 +127,55 @@ def correlation(A, B) -> np.ndarray:
     return _normalized_inner(A, B, (-2, -1), "correlation of a zero matrix is undefined: A and B must be non-zero")
 
 
-def margins(problem: Problem, alpha, W) -> np.ndarray:
-    """(x_{i,alpha_i} - x_it)^T W z_i for every token, shape (..., n, T) (0 at t = alpha_i)."""
+def margins(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarray:
+    """The margins mu_it(W) = (x_{i,alpha_i} - x_it)^T W z_i of every token, shape (..., n, T) (0 at t = alpha_i).
+
+    ``W``: the key-query matrix (d, d), or one per problem (..., d, d); ``alpha``: the selected token of each
+    sequence (..., n).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, theory
+    >>> # one sequence: tokens e1, e2, -e2 and the query e1
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [0.0, -1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> W = np.array([[1.0, 0.0], [0.0, 0.0]])
+    >>> theory.margins(problem, W, [0]).tolist()
+    [[0.0, 1.0, 1.0]]
+    """
     problem = _with_queries(problem)
-    return finite_result(_margins(problem, _selection(problem, alpha), W), "the margins", OVERFLOW).cpu().numpy()
+    return finite_result(_margins(problem, W, _selection(problem, alpha)), "the margins", OVERFLOW).cpu().numpy()
 
 
-def support_tokens(problem: Problem, alpha, W) -> np.ndarray:
-    """Boolean mask (..., n, T) of the support tokens of W: those t != alpha_i whose margin is exactly 1."""
-    return np.abs(margins(problem, alpha, W) - 1) <= SUPPORT_TOL
+def support_tokens(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarray:
+    """Boolean mask (..., n, T) of the support tokens of W: those t != alpha_i whose margin is 1 (within
+    ``SUPPORT_TOL``). Arguments as in ``margins``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, theory
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [0.0, -1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> W = np.array([[1.0, 0.0], [0.0, 0.0]])
+    >>> theory.support_tokens(problem, W, [0]).tolist()
+    [[False, True, True]]
+    >>> theory.support_tokens(problem, 2 * W, [0]).tolist()  # margins 2: no support token
+    [[False, False, False]]
+    """
+    return np.abs(margins(problem, W, alpha) - 1) <= SUPPORT_TOL
 
 
-def cosine(a, b) -> np.ndarray:
-    """<a, b> / (||a|| ||b||) over the last dimension, broadcast over leading ones (for vectors, e.g. p)."""
+def cosine(a: ArrayLike, b: ArrayLike) -> np.ndarray:
+    """<a, b> / (||a|| ||b||) over the last dimension, broadcast over leading ones (for vectors, e.g. p).
+
+    Examples
+    --------
+    >>> from attnsvm import theory
+    >>> float(theory.cosine([1.0, 0.0], [2.0, 0.0])), float(theory.cosine([1.0, 0.0], [0.0, 1.0]))
+    (1.0, 0.0)
+    >>> theory.cosine([[1.0, 0.0], [0.0, 1.0]], [1.0, 0.0]).shape
+    (2,)
+    """
     a, b = as_tensor(a, "a", device="cpu"), as_tensor(b, "b", device="cpu")
     if a.ndim < 1 or b.ndim < 1 or a.shape[-1] != b.shape[-1] or a.shape[-1] < 1:
         raise ValueError(f"a and b must be vectors of the same length (..., d), d >= 1, got {tuple(a.shape)} and "
@@ -118,9 +187,16 @@ def cosine(a, b) -> np.ndarray:
     return _normalized_inner(a, b, -1, "the cosine of a zero vector is undefined: a and b must be non-zero")
 
 
-def neighbour_selections(alpha, T: int) -> torch.Tensor:
+def neighbour_selections(alpha: ArrayLike, T: int) -> torch.Tensor:
     """Every selection that differs from alpha (n,) in exactly one sequence (T tokens each): (n (T - 1), n),
-    ordered by sequence, then token."""
+    ordered by sequence, then token.
+
+    Examples
+    --------
+    >>> from attnsvm import theory
+    >>> theory.neighbour_selections([0, 2], 3).tolist()
+    [[1, 2], [2, 2], [0, 0], [0, 1]]
+    """
     T, array = positive_int(T, "T", minimum=2), _array(alpha, "alpha")
     if array.ndim != 1 or not array.size:
         raise ValueError(f"alpha must have shape (n,) with n >= 1 (one selected token per sequence), got {array.shape}")
@@ -133,7 +209,7 @@ def neighbour_selections(alpha, T: int) -> torch.Tensor:
     return rows
 
 
-def _svm_where_feasible(problem: Problem, alpha: np.ndarray, norm: str = "fro"):
+def _svm_where_feasible(problem: Problem, alpha: np.ndarray, norm: str = "fro") -> tuple[np.ndarray, np.ndarray]:
     """(feasible flags, Att-SVM solutions with NaN where infeasible), both of batch shape (+ (d, d)); a solution
     outside float64's range is a FloatingPointError naming the problem."""
     try:
@@ -150,7 +226,8 @@ def _svm_where_feasible(problem: Problem, alpha: np.ndarray, norm: str = "fro"):
     return feasible, solutions
 
 
-def _prompt_svm_where_feasible(problem: Problem, key: torch.Tensor, alpha: np.ndarray):
+def _prompt_svm_where_feasible(problem: Problem, key: torch.Tensor,
+                               alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(feasible flags, p-SVM solutions with 0 where infeasible), of batch shape (+ (d,))."""
     X, flat = problem.X.detach().reshape((-1,) + problem.X.shape[-3:]), alpha.reshape(-1, problem.n)
     feasible, p = np.ones(len(X), bool), np.zeros((len(X), problem.d))
@@ -162,13 +239,24 @@ def _prompt_svm_where_feasible(problem: Problem, key: torch.Tensor, alpha: np.nd
     return feasible.reshape(problem.batch_shape), p.reshape(problem.batch_shape + (problem.d,))
 
 
-def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> np.ndarray:
+def locally_optimal(problem: Problem, alpha: ArrayLike, *, norm: str = "fro",
+                    key: ArrayLike | None = None) -> np.ndarray:
     """Whether alpha is locally optimal: its SVM exists and gamma_{i,alpha_i} > gamma_it for every support token t.
 
-    norm: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
-    key: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (`svm.prompt_svm`).
+    ``norm``: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
+    ``key``: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (``svm.prompt_svm``).
     Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape (False where
     the SVM is infeasible).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> bool(theory.locally_optimal(problem, theory.optimal_tokens(problem)))
+    True
+    >>> batch = data.random_problem(4, 5, 6, seed=0, batch=3)
+    >>> theory.locally_optimal(batch, theory.optimal_tokens(batch)).tolist()
+    [True, True, True]
     """
     problem = _as_problem(problem) if key is not None else _with_queries(problem)
     if problem.T < 2:
@@ -178,7 +266,7 @@ def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> 
     choice(norm, "norm", tuple(svm.SOLVERS))
     if key is None:
         feasible, solutions = _svm_where_feasible(problem, alpha.cpu().numpy(), norm)
-        gaps = _margins(problem, alpha, torch.as_tensor(np.nan_to_num(solutions)))
+        gaps = _margins(problem, torch.as_tensor(np.nan_to_num(solutions)), alpha)
         finite_result(gaps, "the margins of the Att-SVM solution", "problem's tokens are too large for float64: "
                                                                     "scale problem.X or problem.Z down")
         on_margin = np.abs(gaps.cpu().numpy() - 1) <= SUPPORT_TOL
@@ -197,16 +285,25 @@ def locally_optimal(problem: Problem, alpha, *, norm: str = "fro", key=None) -> 
     return feasible & np.all((chosen > gamma.cpu().numpy()) | ~on_margin, axis=(-2, -1))
 
 
-def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
+def convergence(problem: Problem, W: ArrayLike, *, threshold: float = 0.99) -> np.ndarray:
     """Classify where gradient descent went, from its final iterate W (..., d, d): "global" if attention selects
     the optimal tokens and corr(W, W^mm) >= threshold; "local" if it selects other, locally-optimal tokens
     alpha and corr(W, W_alpha^mm) >= threshold; "none" otherwise. Returns a string array of batch shape.
-    W: one W (d, d) for every problem or one per problem (..., d, d); threshold: a number in [-1, 1].
+
+    ``W``: one W (d, d) for every problem or one per problem (..., d, d); ``threshold``: a number in [-1, 1].
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> W_mm = svm.att_svm(problem.X, problem.Z, theory.optimal_tokens(problem))
+    >>> str(theory.convergence(problem, 10 * W_mm)), str(theory.convergence(problem, -W_mm))
+    ('global', 'none')
     """
     problem = _with_queries(problem)
     if problem.T < 2:
         raise ValueError(f"problem has T={problem.T} token per sequence: convergence needs T >= 2")
-    W = weights(problem, W).detach()
+    W = as_key_query(problem, W).detach()
     if torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) != problem.batch_shape:
         raise ValueError(f"W must have shape {problem.batch_shape + (problem.d, problem.d)} (one W per problem) or "
                          f"({problem.d}, {problem.d}), got {tuple(W.shape)}")
@@ -230,12 +327,19 @@ def convergence(problem: Problem, W, *, threshold: float = 0.99) -> np.ndarray:
 
 
 def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws: int = 2000,
-                    selection: str = "optimal"):
-    """Up to `count` random problems (`data.random_problem`) whose Att-SVM is feasible for the optimal tokens
-    (selection="optimal") or for a random selection ("random"), drawing at most `max_draws` candidates.
+                    selection: str = "optimal") -> tuple[Problem, torch.Tensor, int]:
+    """Up to ``count`` random problems (``data.random_problem``) whose Att-SVM is feasible for the optimal tokens
+    (selection="optimal") or for a random selection ("random"), drawing at most ``max_draws`` candidates.
 
-    Returns (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than `count` when
+    Returns (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than ``count`` when
     feasibility is rare), their selections, and how many candidates were drawn to find them.
+
+    Examples
+    --------
+    >>> from attnsvm import theory
+    >>> problems, alpha, draws = theory.sample_feasible(4, 3, 2, count=2, seed=0)
+    >>> problems.batch_shape, tuple(alpha.shape), draws >= 2
+    ((2,), (2, 4), True)
     """
     n, T, d = _sizes(n, T, d)
     choice(selection, "selection", ("optimal", "random"))
@@ -249,6 +353,6 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
         chunk = slice(start, min(start + size, max_draws))
         found += [start + k for k in np.flatnonzero(svm.feasible(batch.X[chunk], batch.Z[chunk], alpha[chunk]))]
         start, size = chunk.stop, 2 * size
-    draws = found[count - 1] + 1 if len(found) >= count else start
+    draws = int(found[count - 1]) + 1 if len(found) >= count else start  # a Python int, as annotated
     chosen = torch.as_tensor(found[:count], dtype=torch.long)
     return batch[chosen], alpha[chosen], draws

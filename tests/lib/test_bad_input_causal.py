@@ -1,4 +1,5 @@
-"""Bad and extreme input for `attnsvm.causal` and `attnsvm.tensor` (issue 21, "Bad input").
+"""Bad and extreme input for `attnsvm.causal` (with the soft-margin SVMs of `attnsvm.svm` that it runs on) and
+`attnsvm.tensor` (issue 21, "Bad input").
 
 Part 1: one test per defect fixed, the exact bad call and the exact error (or, where the input is valid after all,
 the valid result). Part 2: one hypothesis property per public function (and the methods a user calls): one
@@ -29,7 +30,7 @@ COVERED = {
     "causal.attention", "causal.outputs", "causal.loss", "causal.weight_gradient", "causal.loss_gradient",
     "causal.gd", "causal.margins", "causal.att_svm", "causal.feasible", "causal.penalty_threshold",
     "causal.violations", "causal.total_slack", "causal.combine", "causal.selects_optimal", "causal.preference_cycle",
-    "causal.conflicts", "causal.max_positive_margins",
+    "causal.conflicts", "causal.max_positive_margins", "svm.soft_margin_svm", "svm.penalty_threshold",
     "tensor.vec", "tensor.mat", "tensor.kron", "tensor.kron_logits", "tensor.row_block", "tensor.u", "tensor.alpha",
     "tensor.f", "tensor.h", "tensor.attention_row", "tensor.loss", "tensor.gradient", "tensor.hessian",
     "tensor.paper_gradient", "tensor.log10_bound", "tensor.lipschitz_bound", "tensor.random_instance",
@@ -48,6 +49,8 @@ LAM = torch.full((2, 3, 3), 0.5, dtype=torch.float64)
 LANG = causal.synthetic_language(4, 3, seed=0, successors=2)
 INST = tensor.random_instance(3, 2, 4.0, seed=0)  # A_j0 (3, 4), h (3,), b ()
 X0 = tensor.sample_ball(INST.Aj, 4.0, 2, seed=1)  # (2, 4)
+ROWS = torch.tensor([[1.0, 0.2], [0.3, 1.0], [0.5, 0.5]], dtype=torch.float64)  # feasible constraints a_c^T w >= 1
+PAIR = (ROWS, torch.tensor([[1.0], [0.5], [2.0]], dtype=torch.float64))  # Kronecker rows: W (2, 1)
 
 
 def _names(message: str, name: str) -> bool:
@@ -117,7 +120,7 @@ def test_overflowing_scores_logits_and_outputs_raise_instead_of_nan():
     with pytest.raises(FloatingPointError, match=r"u\(x\) = exp\(A_j0 x\) .* scale Aj or x down"):
         tensor.u(INST.Aj, X0 * 1e3)
     with pytest.raises(FloatingPointError, match=r"the loss is not finite .* Aj, x, h or b is too large"):
-        tensor.loss(INST.Aj, X0, INST.h * 1e160, INST.b * 1e160, kind="squared")
+        tensor.loss(INST.Aj, X0, INST.h * 1e160, INST.b * 1e160, loss="squared")
     X = 1 + 0.1 * torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     with pytest.raises(FloatingPointError, match=r"dL/dW .*\(use weight_gradient"):  # exp(3000): the loss's slope
         causal.loss_gradient(causal.SequenceProblem(X, -1000 * torch.ones(2, 3, 3)), W, "exponential")
@@ -157,7 +160,7 @@ def test_gd_refuses_runaway_requests_and_reports_divergence():
     (lambda: causal.att_svm(P, C=True), TypeError, r"C must be a finite number > 0, got True"),
     (lambda: causal.att_svm(P, return_multipliers="no"), TypeError, r"return_multipliers must be True or False"),
     (lambda: causal.max_positive_margins(P, return_W=None), TypeError, r"return_W must be True or False"),
-    (lambda: causal.loss(P, W, np.array(["logistic"])), TypeError, r"loss kind must be one of"),
+    (lambda: causal.loss(P, W, np.array(["logistic"])), TypeError, r"loss must be one of"),
     (lambda: causal.candidates(data.random_problem(2, 3, 3, seed=0)), TypeError,
      r"problem must be a causal.SequenceProblem"),
     (lambda: causal.SequenceProblem(P.X, P.V, device="cuda"), ValueError, r"device='cuda' is not supported"),
@@ -167,7 +170,7 @@ def test_gd_refuses_runaway_requests_and_reports_divergence():
     (lambda: tensor.log10_bound("5", 4.0), TypeError, r"T must be a number or an array of numbers"),
     (lambda: tensor.log10_bound(True, 4.0), TypeError, r"T must be a number"),
     (lambda: tensor.gap_study([2], ["4"], batch=1, points=2, starts=1, steps=1), TypeError, r"radii must be a finite"),
-    (lambda: tensor.loss(INST.Aj, X0, INST.h, INST.b, kind=np.array(["logistic"])), TypeError, r"kind must be one"),
+    (lambda: tensor.loss(INST.Aj, X0, INST.h, INST.b, loss=np.array(["logistic"])), TypeError, r"loss must be one"),
 ])
 def test_wrong_types_are_refused_instead_of_silently_accepted(call, error, match):
     with pytest.raises(error, match=match):
@@ -244,7 +247,7 @@ def test_diverging_searches_name_the_step_size():
     with pytest.raises(FloatingPointError, match=r"the ascent diverged .* lower lr"):
         tensor.max_hessian_norm(INST, 4.0, lr=1e300, starts=2, steps=3)
     with pytest.raises(FloatingPointError, match=r"descend diverged at step \d+ .* lower lr"):
-        tensor.descend(INST, X0[0], lr=1e306, steps=5, kind="squared", attention="linear")
+        tensor.descend(INST, X0[0], lr=1e306, steps=5, loss="squared", attention="linear")
 
 
 # ------------------------------------------------------------------ part 2: hypothesis, one property per function
@@ -284,6 +287,22 @@ def _problems(problem) -> st.SearchStrategy:
         causal.SequenceProblem(problem.X.clone().requires_grad_(True), problem.V),
         causal.SequenceProblem(problem.X, problem.V, causal=False), PB,
         causal.SequenceProblem(torch.zeros_like(problem.X), problem.V)])
+
+
+def _pairs() -> st.SearchStrategy:
+    """Kronecker rows (deltas, queries): valid, mismatched, overflowing, tiny, or with a part that is no array."""
+    deltas, queries = PAIR
+    return st.sampled_from([
+        PAIR, list(PAIR), (deltas, queries[:2]), (deltas * 1e160, queries), (deltas * 1e-300, queries),
+        (deltas, queries * float("nan")), (deltas, "abc"), (deltas, queries, queries), (deltas[:, :0], queries),
+        (deltas.to(torch.complex128), queries), (deltas[:0], queries[:0]), (None, None)])
+
+
+def _groups() -> st.SearchStrategy:
+    """Slack groups of the 3 constraints of ROWS: valid, or of a wrong shape, dtype or type."""
+    return st.sampled_from([None, [0, 0, 1], np.array([2, 2, 2]), torch.tensor([0, 1, 2]), [-1, 5, 5], [0, 1],
+                            [[0, 0, 1]], [0.5, 1.5, 0.5], [True, False, True], "abc", 3, object(),
+                            torch.empty(3, device="meta")])
 
 
 def _instances() -> st.SearchStrategy:
@@ -328,7 +347,12 @@ def _no_nan_no_plus_inf(value) -> bool:
 
 
 def _gradient_ok(grad) -> bool:
-    return _finite(grad.direction) and _finite(grad.logit_direction) and _no_nan_no_plus_inf(grad.log_scale)
+    """(direction, log_scale, LogitGradient), as train.weight_gradient's: finite, and log scales -inf at worst (a
+    gradient exactly 0)."""
+    direction, log_scale, logit = grad
+    return (_finite(direction) and _no_nan_no_plus_inf(log_scale) and _no_nan_no_plus_inf(logit.log_scale)
+            and all(_finite(part) for part in (logit.direction, logit.probs, logit.outputs))
+            and _no_nan_no_plus_inf(logit.log_slopes))
 
 
 @dataclass
@@ -421,14 +445,14 @@ SPECS = {
     "causal.logits": _problem_spec(causal.logits, W_arg=True, check=_no_nan_no_plus_inf),
     "causal.attention": _problem_spec(causal.attention, W_arg=True),
     "causal.outputs": _problem_spec(causal.outputs, W_arg=True),
-    "causal.loss": _problem_spec(causal.loss, W_arg=True, kind=("logistic", _kinds(("exponential",)))),
+    "causal.loss": _problem_spec(causal.loss, W_arg=True, loss=("logistic", _kinds(("exponential",)))),
     "causal.weight_gradient": _problem_spec(causal.weight_gradient, W_arg=True, check=_gradient_ok,
-                                            kind=("logistic", _kinds(("exponential",)))),
+                                            loss=("logistic", _kinds(("exponential",)))),
     "causal.loss_gradient": _problem_spec(causal.loss_gradient, W_arg=True,
-                                          kind=("logistic", _kinds(("exponential",)))),
+                                          loss=("logistic", _kinds(("exponential",)))),
     "causal.gd": _problem_spec(
         causal.gd, steps=(3, st.sampled_from(INTEGERS)), lr=(0.1, st.sampled_from(NUMBERS)),
-        normalized=(True, st.sampled_from(FLAGS)), init=("uniform", st.one_of(_arrays(W), _kinds(("zeros",)))),
+        normalized=(True, st.sampled_from(FLAGS)), init=(None, st.one_of(_arrays(W), _kinds(("zeros", "uniform")))),
         seed=(0, st.sampled_from(SEEDS)), record_every=(1, st.sampled_from(INTEGERS)),
         loss=("logistic", _kinds(("exponential",)))),
     # ---------------------------------------------------------------- causal: the Att-SVM
@@ -452,6 +476,15 @@ SPECS = {
     "causal.conflicts": _problem_spec(causal.conflicts, alpha=True),
     "causal.max_positive_margins": _problem_spec(causal.max_positive_margins, alpha=True,
                                                  return_W=(True, st.sampled_from(FLAGS))),
+    # ---------------------------------------------------------------- svm: the SVMs of a user's own rows
+    "svm.soft_margin_svm": Spec(
+        lambda **a: svm.soft_margin_svm(**a),
+        lambda: {"rows": ROWS, "C": 1.0, "objective": "squared", "groups": None, "return_multipliers": True},
+        {"rows": st.one_of(_arrays(ROWS), _pairs()), "C": st.sampled_from(NUMBERS),
+         "objective": _kinds(svm.OBJECTIVES), "groups": _groups(), "return_multipliers": st.sampled_from(FLAGS)}),
+    "svm.penalty_threshold": Spec(
+        lambda **a: svm.penalty_threshold(**a), lambda: {"rows": ROWS, "groups": None},
+        {"rows": st.one_of(_arrays(ROWS), _pairs()), "groups": _groups()}),
     # ---------------------------------------------------------------- tensor: vec, mat, Kronecker
     "tensor.vec": Spec(lambda **a: tensor.vec(**a), lambda: {"X": W}, {"X": _arrays(W)}),
     "tensor.mat": Spec(lambda **a: tensor.mat(**a), lambda: {"x": X0, "rows": None},
@@ -483,8 +516,8 @@ SPECS = {
                                {"T": st.sampled_from(INTEGERS + NUMBERS), "R": st.sampled_from(NUMBERS + [5, 1e154])}),
     "tensor.lipschitz_bound": Spec(
         lambda **a: tensor.lipschitz_bound(**a),
-        lambda: {"Aj": INST.Aj, "h": INST.h, "b": INST.b, "kind": "logistic", "attention": "softmax"},
-        {"Aj": _arrays(INST.Aj), "h": _arrays(INST.h), "b": _arrays(INST.b), "kind": _kinds(tensor.KINDS),
+        lambda: {"Aj": INST.Aj, "h": INST.h, "b": INST.b, "loss": "logistic", "attention": "softmax"},
+        {"Aj": _arrays(INST.Aj), "h": _arrays(INST.h), "b": _arrays(INST.b), "loss": _kinds(tensor.LOSSES),
          "attention": _kinds(tensor.ATTENTIONS)}),
     # ---------------------------------------------------------------- tensor: instances, the ball, estimates
     "tensor.random_instance": Spec(
@@ -509,45 +542,45 @@ SPECS = {
          "seed": st.sampled_from(SEEDS)}),
     "tensor.empirical_lipschitz": Spec(
         lambda **a: tensor.empirical_lipschitz(**a),
-        lambda: {"instance": INST, "R": 4.0, "kind": "logistic", "attention": "softmax", "points": 2,
+        lambda: {"instance": INST, "R": 4.0, "loss": "logistic", "attention": "softmax", "points": 2,
                  "iterations": 2, "seed": 0, "close": 1e-4},
-        {"instance": _instances(), "R": st.sampled_from(NUMBERS), "kind": _kinds(tensor.KINDS),
+        {"instance": _instances(), "R": st.sampled_from(NUMBERS), "loss": _kinds(tensor.LOSSES),
          "attention": _kinds(tensor.ATTENTIONS), "points": st.sampled_from(INTEGERS),
          "iterations": st.sampled_from(INTEGERS), "seed": st.sampled_from(SEEDS), "close": st.sampled_from(NUMBERS)}),
     "tensor.max_hessian_norm": Spec(
         lambda **a: tensor.max_hessian_norm(**a),
-        lambda: {"instance": INST, "R": 4.0, "kind": "logistic", "attention": "softmax", "starts": 2, "steps": 3,
+        lambda: {"instance": INST, "R": 4.0, "loss": "logistic", "attention": "softmax", "starts": 2, "steps": 3,
                  "lr": 0.05, "seed": 0},
-        {"instance": _instances(), "R": st.sampled_from(NUMBERS), "kind": _kinds(tensor.KINDS),
+        {"instance": _instances(), "R": st.sampled_from(NUMBERS), "loss": _kinds(tensor.LOSSES),
          "attention": _kinds(tensor.ATTENTIONS), "starts": st.sampled_from(INTEGERS),
          "steps": st.sampled_from(INTEGERS), "lr": st.sampled_from(NUMBERS), "seed": st.sampled_from(SEEDS)}),
     "tensor.descend": Spec(
         lambda **a: tensor.descend(**a),
-        lambda: {"instance": INST, "x0": X0[0], "lr": 0.1, "steps": 3, "kind": "logistic", "attention": "softmax"},
+        lambda: {"instance": INST, "x0": X0[0], "lr": 0.1, "steps": 3, "loss": "logistic", "attention": "softmax"},
         {"instance": _instances(), "x0": _arrays(X0[0]), "lr": st.sampled_from(NUMBERS),
-         "steps": st.sampled_from(INTEGERS), "kind": _kinds(tensor.KINDS), "attention": _kinds(tensor.ATTENTIONS)}),
+         "steps": st.sampled_from(INTEGERS), "loss": _kinds(tensor.LOSSES), "attention": _kinds(tensor.ATTENTIONS)}),
     "tensor.gap_study": Spec(
         lambda **a: tensor.gap_study(**a),
-        lambda: {"sizes": [2], "radii": [4.0], "d": 2, "batch": 1, "kind": "paper", "points": 2, "iterations": 1,
+        lambda: {"sizes": [2], "radii": [4.0], "d": 2, "batch": 1, "loss": "paper", "points": 2, "iterations": 1,
                  "starts": 1, "steps": 1},
         {"sizes": st.sampled_from(LISTS), "radii": st.sampled_from(LISTS), "d": st.sampled_from(INTEGERS),
-         "batch": st.sampled_from(INTEGERS), "kind": _kinds(tensor.KINDS), "points": st.sampled_from(INTEGERS),
+         "batch": st.sampled_from(INTEGERS), "loss": _kinds(tensor.LOSSES), "points": st.sampled_from(INTEGERS),
          "iterations": st.sampled_from(INTEGERS), "starts": st.sampled_from(INTEGERS),
          "steps": st.sampled_from(INTEGERS)}),
     "tensor.attention_study": Spec(
         lambda **a: tensor.attention_study(**a),
-        lambda: {"radii": [1.0], "kind": "logistic", "T": 2, "d": 2, "batch": 1, "h_norm": None, "starts": 1,
+        lambda: {"radii": [1.0], "loss": "logistic", "T": 2, "d": 2, "batch": 1, "h_norm": None, "starts": 1,
                  "steps": 1},
-        {"radii": st.sampled_from(LISTS), "kind": _kinds(tensor.KINDS), "T": st.sampled_from(INTEGERS),
+        {"radii": st.sampled_from(LISTS), "loss": _kinds(tensor.LOSSES), "T": st.sampled_from(INTEGERS),
          "d": st.sampled_from(INTEGERS), "batch": st.sampled_from(INTEGERS), "h_norm": st.sampled_from(NUMBERS),
          "starts": st.sampled_from(INTEGERS), "steps": st.sampled_from(INTEGERS)}),
 }
 for _name in ("loss", "gradient", "hessian"):
     SPECS[f"tensor.{_name}"] = Spec(
         (lambda function: lambda **a: function(**a))(getattr(tensor, _name)),
-        lambda: {"Aj": INST.Aj, "x": X0, "h": INST.h, "b": INST.b, "kind": "logistic", "attention": "softmax"},
+        lambda: {"Aj": INST.Aj, "x": X0, "h": INST.h, "b": INST.b, "loss": "logistic", "attention": "softmax"},
         {"Aj": _arrays(INST.Aj), "x": _arrays(X0), "h": _arrays(INST.h), "b": _arrays(INST.b),
-         "kind": _kinds(tensor.KINDS), "attention": _kinds(tensor.ATTENTIONS)})
+         "loss": _kinds(tensor.LOSSES), "attention": _kinds(tensor.ATTENTIONS)})
 
 
 def test_every_covered_function_has_a_property():

@@ -292,7 +292,7 @@ def test_convergence_accepts_one_W_for_a_batch():
     (lambda: mt.lambda_sweep([0.5, True]), TypeError, r"^lams\[1\] must be a finite number"),
     (lambda: mt.lambda_sweep([0.5], steps=10**12), ValueError, r"^steps asks for"),
     (lambda: mt.search(4, 1, workers=10**6), ValueError, r"^workers asks for"),
-    (lambda: mt.search(4, 1, pool="pool"), TypeError, r"^pool must be None or an executor"),
+    (lambda: mt.search(4, 1, workers="two"), ValueError, r"^workers must be an integer >= 1"),
     (lambda: mt.search(4, 10**6, chunk=8, max_candidates=8), ValueError, r"\bcount=1000000\b.*\bmax_candidates=8\b"),
     (lambda: mt.search(4, 1, start=-1), ValueError, r"^start must be an integer >= 0"),
 ])
@@ -316,6 +316,7 @@ def test_token_pairs_project_checks_W():
     (lambda: ranks.grid("abc"), ValueError, r"^points must be a non-empty list"),
     (lambda: ranks.grid([(2, 3, 3)], count=0), ValueError, r"^count must"),
     (lambda: ranks.grid([(2, 3, 3)], workers=10**6), ValueError, r"^workers asks for"),
+    (lambda: ranks.grid([(2, 3, 3)], workers="two"), ValueError, r"^workers must be an integer >= 1"),
     (lambda: ranks.feasible_problems(2, 3, 3, max_draws=10**12), ValueError, r"^max_draws asks for"),
     (lambda: ranks.spectra(10**6, 10**3, 10**3), ValueError, r"chunk \(or max_draws\), n, T and d asks for"),
 ])
@@ -703,12 +704,12 @@ def test_property_runs_functions(draw):
 @FAST
 @given(st.data())
 def test_property_search_and_stored_seeds(draw):
-    valid = dict(d=4, count=1, start=1, chunk=8, workers=1, pool=None, max_candidates=16)
+    valid = dict(d=4, count=1, start=1, chunk=8, workers=1, max_candidates=16)
     strategies = dict(d=sizes(4, 10**6), count=sizes(1, 10**6), start=scalars(1, 0, 2**62), chunk=sizes(8, 10**9),
-                      workers=scalars(1), pool=scalars(None), max_candidates=sizes(16))
+                      workers=scalars(1), max_candidates=sizes(16))
     args, bad = replace_one(draw.draw, valid, strategies)
     outcome(lambda **a: mt.search(a["d"], a["count"], start=a["start"], chunk=a["chunk"], workers=a["workers"],
-                                  pool=a["pool"], max_candidates=a["max_candidates"]), args, bad,
+                                  max_candidates=a["max_candidates"]), args, bad,
             names=("count", "max_candidates", "d", "chunk"), valid=lambda r, a: len(r[0]) == a["count"])
     outcome(mt.stored_seeds, {"d": draw.draw(sizes(4, 6))}, "d", valid=lambda r, a: len(r) > 0)
 

@@ -458,3 +458,28 @@ def test_nuclear_solve_property(arguments):
         assert W.shape == (B, d_, d_) and y.shape == (B, K) and converged.shape == (B,)
         _finite(W, y)
     _check(nuclear.solve, arguments, {"deltas": DELTAS, "queries": QUERIES}, accept)
+
+
+PROBLEM0 = data.random_problem(n, T, d, seed=0)  # X0, Z0, ALPHA0 are its arrays
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.fixed_dictionaries({"alpha": indices(ALPHA0, T), "norm": options("fro", ["nuc", "NUC", None, 1]),
+                              "return_multipliers": options(False, [True, "yes", None])}))
+def test_att_svm_of_a_problem_property(arguments):
+    """att_svm(problem, alpha, ...): the Problem form names alpha and the options as the array form does."""
+    def accept(result):
+        W, lam = result if isinstance(result, tuple) else (result, np.zeros((n, T)))
+        assert W.shape == (d, d) and lam.shape == (n, T)
+        _finite(W, lam)
+    _check(lambda **a: svm.att_svm(PROBLEM0, **a), arguments,
+           {"alpha": ALPHA0, "norm": "fro", "return_multipliers": False}, accept)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.fixed_dictionaries({"alpha": indices(ALPHA0, T)}))
+def test_feasible_and_head_svm_of_a_problem_property(arguments):
+    def accept(result):
+        assert isinstance(result, (np.ndarray, tuple))
+    _check(lambda **a: svm.feasible(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)
+    _check(lambda **a: svm.head_svm(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)

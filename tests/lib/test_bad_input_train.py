@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from attnsvm import data, heads, model, train
 from attnsvm.train import _cpu_loop as compiled, _gradients as gradients, _initial as initial, _path as path
 
-COVERED = {"model.weights", "model.logits", "model.raw_logits", "model.queries", "model.attention",
+COVERED = {"model.as_key_query", "model.logits", "model.queries", "model.attention",
            "model.token_values", "model.outputs", "model.loss", "model.support_gradient", "model.min_margin",
            "train.logit_gradient", "train.weight_gradient", "train.uniform_init",
-           "train.initial_parameters", "train.initial_vector", "train.regularization_path", "train.supports",
+           "train.initial_parameters", "train.initial_vector", "train.regularization_path", "train.why_not_compiled",
            "train._cpu_loop.gd", "train.loss_gradient", "train.lipschitz_W", "train.gd", "train.gd_prompt", "train.gd_joint",
            "train.Trajectory.selection"}
 ERRORS = (TypeError, ValueError, FloatingPointError)
@@ -251,7 +251,7 @@ def test_prompt_overflow_is_an_error_naming_lr(trainer):
 @pytest.mark.parametrize("function", [lambda head: train.gd(PROBLEM, steps=1, lr=0.1, head=head),
                                       lambda head: model.outputs(PROBLEM, W, head),
                                       lambda head: train.loss_gradient(PROBLEM, W, "logistic", head),
-                                      lambda head: compiled.supports("W", head, "exact", "cpu")])
+                                      lambda head: compiled.why_not_compiled("W", head, "exact", "cpu")])
 def test_a_head_by_name_is_a_type_error_listing_the_heads(function):
     """Before: head='relu' raised AttributeError: 'str' object has no attribute 'value'."""
     with pytest.raises(TypeError, match=r"^head must be None .* heads\.Linear\(v\), heads\.ReLU\(V\)"):
@@ -388,19 +388,18 @@ def test_support_gradient_refuses_a_mask_that_is_no_mask():
         model.support_gradient(PROBLEM, W, ALPHA, [["a"] * T] * n)
 
 
-def test_supports_checks_its_options():
+def test_why_not_compiled_checks_its_options():
     with pytest.raises(ValueError, match=r"^param='X' is not supported"):
-        compiled.supports("X", None, "exact", "cpu")
+        compiled.why_not_compiled("X", None, "exact", "cpu")
     with pytest.raises(TypeError, match=r"^device must be a torch.device"):
-        compiled.supports("W", None, "exact", 3)
-    assert compiled.supports("W", None, "exact", "cpu") is None
+        compiled.why_not_compiled("W", None, "exact", 3)
+    assert compiled.why_not_compiled("W", None, "exact", "cpu") is None
 
 
 # ------------------------------------------------------------------ every public function, bad and extreme input
 
-test_weights = _check(model.weights, {"problem": PROB, "W": WEIGHTS})
+test_as_key_query = _check(model.as_key_query, {"problem": PROB, "W": WEIGHTS})
 test_logits = _check(model.logits, {"problem": PROB, "W": WEIGHTS}, shape=_tokens)
-test_raw_logits = _check(model.raw_logits, {"problem": PROB, "W": WEIGHTS}, shape=_tokens)
 test_queries = _check(model.queries, {"problem": PROB})
 test_attention = _check(model.attention, {"problem": PROB, "W": WEIGHTS}, shape=_tokens)
 test_token_values = _check(model.token_values, {"problem": PROB, "v": (None, arrays(P.v))},
@@ -417,11 +416,11 @@ test_support_gradient = _check(model.support_gradient, {
 test_min_margin = _check(model.min_margin, {"problem": PROB, "W": WEIGHTS,
                                             "alpha": (ALPHA, [[0, 3], [0], [1.5, 0], "ab"])}, shape=_batch)
 test_logit_gradient = _check(gradients.logit_gradient, {
-    "problem": PROB, "logits": (LOGITS, arrays(LOGITS)), "kind": KIND, "head": (None, HEADS),
+    "problem": PROB, "logits": (LOGITS, arrays(LOGITS)), "loss": KIND, "head": (None, HEADS),
     "values": (V_FIELD, arrays(V_FIELD))}, shape=_tokens)
 test_weight_gradient = _check(gradients.weight_gradient, {
-    "problem": PROB, "W": WEIGHTS, "kind": KIND, "head": (None, HEADS), "values": (None, arrays(V_FIELD))})
-test_loss_gradient = _check(train.loss_gradient, {"problem": PROB, "W": WEIGHTS, "kind": KIND,
+    "problem": PROB, "W": WEIGHTS, "loss": KIND, "head": (None, HEADS), "values": (None, arrays(V_FIELD))})
+test_loss_gradient = _check(train.loss_gradient, {"problem": PROB, "W": WEIGHTS, "loss": KIND,
                                                   "head": (None, HEADS)}, shape=_matrices)
 test_lipschitz_W = _check(train.lipschitz_W, {"problem": PROB}, shape=_batch)
 test_uniform_init = _check(initial.uniform_init, {
@@ -443,7 +442,7 @@ test_regularization_path = _check(path.regularization_path, {
     "param": ("W", OPTIONS + ["KQ"]), "steps": (2, INTEGERS + [10**8]),
     "loss": KIND, "m": (None, INTEGERS), "seed": (0, INTEGERS),
     "candidates": (3, [0, -1, 2.5, None, "3", 10**9])})
-test_supports = _check(compiled.supports, {
+test_why_not_compiled = _check(compiled.why_not_compiled, {
     "param": ("W", OPTIONS + ["KQ"]), "head": (None, HEADS), "gradient": ("exact", OPTIONS + ["autograd"]),
     "device": (torch.device("cpu"), ["cpu", "cuda", "meta", 3, None, "gpu"])})
 test_compiled_gd = _check(compiled.gd, {

@@ -153,23 +153,23 @@ def test_batched_problems_and_W_broadcast():
 
 # ------------------------------------------------------------------ the gradient
 
-def _autograd(problem, W, kind="logistic"):
+def _autograd(problem, W, loss="logistic"):
     """dL_b/dW for every problem b of the batch (one W for all, or one per problem)."""
     if W.ndim == 2 and problem.batch_shape:
-        return torch.stack([_autograd(problem[b], W, kind) for b in range(problem.batch_shape[0])])
+        return torch.stack([_autograd(problem[b], W, loss) for b in range(problem.batch_shape[0])])
     W = W.clone().requires_grad_(True)
-    causal.loss(problem, W, kind).sum().backward()
+    causal.loss(problem, W, loss=loss).sum().backward()
     return W.grad
 
 
-@pytest.mark.parametrize("kind", ["logistic", "exponential", "linear"])
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "linear"])
 @pytest.mark.parametrize("causal_", [True, False])
-def test_gradient_equals_autograd_when_not_saturated(kind, causal_):
+def test_gradient_equals_autograd_when_not_saturated(loss, causal_):
     problem = _random_problem(3, 5, 4, seed=6, causal_=causal_, batch=(2,), K=4)
     for W in (_random((2, 4, 4), seed=7), _random((4, 4), seed=8)):
-        G = causal.loss_gradient(problem, W, kind)
+        G = causal.loss_gradient(problem, W, loss=loss)
         assert G.shape == (2, 4, 4)
-        assert _rel(G, _autograd(problem, W, kind)) < 1e-12
+        assert _rel(G, _autograd(problem, W, loss)) < 1e-12
 
 
 def test_gradient_is_the_mean_of_the_per_query_gradients():
@@ -221,19 +221,45 @@ def test_gradient_is_accurate_when_softmax_saturates():
     assert 0 < np.abs(reference).max() < 1e-22
     assert _rel(causal.loss_gradient(problem, W), reference) < 1e-8
     assert _rel(_autograd(problem, W), reference) > 1e-3
-    far = causal.weight_gradient(problem, 2000.0 * W_mm)  # exp(log_scale) underflows: the direction does not
-    assert far.log_scale < -1000 and torch.isfinite(far.direction).all() and far.direction.abs().max() > 0
-    assert theory.correlation(causal.weight_gradient(problem, 1000.0 * W_mm).direction, far.direction) > 0.999
+    far, log_scale, _ = causal.weight_gradient(problem, 2000.0 * W_mm)  # exp(log_scale) underflows, far does not
+    assert log_scale < -1000 and torch.isfinite(far).all() and far.abs().max() > 0
+    assert theory.correlation(causal.weight_gradient(problem, 1000.0 * W_mm)[0], far) > 0.999
 
 
 def test_logit_direction_is_zero_off_the_candidates_and_for_the_first_causal_query():
     problem = _random_problem(2, 4, 3, seed=12)
-    grad = causal.weight_gradient(problem, _random((3, 3), seed=13))
-    assert grad.logit_direction.shape == (2, 4, 4)
-    assert (grad.logit_direction[..., ~causal.candidates(problem)] == 0).all()
-    assert (grad.logit_direction[:, 0] == 0).all()
-    torch.testing.assert_close(grad.logit_direction.sum(-1), torch.zeros(2, 4, dtype=torch.float64), atol=1e-15,
+    _, _, grad = causal.weight_gradient(problem, _random((3, 3), seed=13))
+    assert grad.direction.shape == (2, 4, 4)
+    assert (grad.direction[..., ~causal.candidates(problem)] == 0).all()
+    assert (grad.direction[:, 0] == 0).all()
+    torch.testing.assert_close(grad.direction.sum(-1), torch.zeros(2, 4, dtype=torch.float64), atol=1e-15,
                                rtol=0)  # softmax: the logit gradient of each query sums to zero
+
+
+@pytest.mark.parametrize("causal_", [True, False])
+def test_weight_gradient_returns_what_train_weight_gradient_returns(causal_):
+    """(direction, log_scale, train.LogitGradient), the LogitGradient of every query: its probabilities and outputs
+    are the model's, its log slopes log |dL/df_ik| those of the mean over the n K queries, and dL/dlogits is
+    exp(log_scale) * direction (autograd's, where softmax is not saturated)."""
+    problem = _random_problem(3, 5, 4, seed=30, causal_=causal_, batch=(2,), K=4)
+    W = _random((4, 4), seed=31)
+    result = causal.weight_gradient(problem, W, loss="exponential")
+    expected = train.weight_gradient(data.random_problem(3, 5, 4, seed=0), _random((4, 4), seed=31))
+    assert isinstance(result, tuple) and len(result) == len(expected) == 3
+    direction, log_scale, logit = result
+    assert isinstance(logit, train.LogitGradient) and isinstance(expected[2], train.LogitGradient)
+    assert direction.shape == (2, 4, 4) and log_scale.shape == (2,)
+    torch.testing.assert_close(logit.probs, causal.attention(problem, W), rtol=0, atol=1e-15)
+    torch.testing.assert_close(logit.outputs, causal.outputs(problem, W), rtol=0, atol=1e-14)
+    f = causal.outputs(problem, W)
+    torch.testing.assert_close(logit.log_slopes, torch.log(torch.exp(-f) / (3 * 4)))  # exponential: l' = -e^-f
+    logits = causal.logits(problem, W).clone().requires_grad_(True)
+    risk = (torch.exp(-(torch.softmax(logits, -1) * causal.scores(problem).nan_to_num(neginf=0.0)).sum(-1)))
+    (by_autograd,) = torch.autograd.grad(risk.mean((-2, -1)).sum(), logits)
+    torch.testing.assert_close(torch.exp(logit.log_scale)[..., None, None, None] * logit.direction, by_autograd,
+                               rtol=1e-10, atol=1e-15)
+    one = causal.weight_gradient(causal.SequenceProblem(problem.X[..., :1, :], problem.V[..., :1, :]), W)
+    assert torch.isneginf(one[1]).all() and (one[2].probs == 1).all()  # T = 1: nothing to learn
 
 
 # ------------------------------------------------------------------ gradient descent
@@ -241,6 +267,7 @@ def test_logit_direction_is_zero_off_the_candidates_and_for_the_first_causal_que
 def test_normalized_gd_moves_lr_per_step_and_records():
     problem = _random_problem(3, 4, 5, seed=14, batch=(2,))
     traj = causal.gd(problem, steps=25, lr=0.2, record_every=10)
+    assert (traj.W[0] == 0).all()  # train.gd's default: zeros
     np.testing.assert_array_equal(traj.steps, [0, 10, 20, 25])
     assert traj.W.shape == (4, 2, 5, 5) and traj.probs.shape == (4, 2, 3, 4, 4) and traj.loss.shape == (4, 2)
     every = causal.gd(problem, steps=5, lr=0.2)
@@ -261,12 +288,29 @@ def test_plain_gd_step_is_minus_lr_gradient_and_init_options():
         expected = traj.W[k] - 3.0 * causal.loss_gradient(problem, traj.W[k], "exponential")
         torch.testing.assert_close(traj.W[k + 1], expected, rtol=0, atol=1e-15)
     assert (causal.gd(problem, steps=0, lr=1.0, init="zeros").W == 0).all()
-    uniform = causal.gd(problem, steps=0, lr=1.0, seed=4).W[0]
+    assert (causal.gd(problem, steps=0, lr=1.0, init=None).W == 0).all()
+    uniform = causal.gd(problem, steps=0, lr=1.0, init="uniform", seed=4).W[0]
     torch.testing.assert_close(uniform, train.uniform_init((5, 5), seed=4))
     with pytest.raises(ValueError, match="init"):
         causal.gd(problem, steps=1, lr=1.0, init=torch.zeros(4, 4))
     with pytest.raises(ValueError, match="init"):
         causal.gd(problem, steps=1, lr=1.0, init="gaussian")
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_gd_runs_train_gd_loop(normalized):
+    """One seq2seq query per sequence with one head for all is paper A's model (Z = the first token, Y = +1): there
+    causal.gd takes train.gd's steps (the same defaults, the same loop, up to round-off in the gradient)."""
+    problem = _random_problem(4, 5, 3, seed=32, causal_=False, batch=(2,), K=1)
+    head = problem.V[..., :1, 0, :]  # (2, 1, 3): one head per problem
+    problem = causal.SequenceProblem(problem.X, head[..., None, :].expand(2, 4, 1, 3), causal=False)
+    paper_A = data.Problem(problem.X, torch.ones(2, 4, dtype=torch.float64), problem.X[..., 0, :], head[:, 0])
+    mine = causal.gd(problem, steps=30, lr=0.3, normalized=normalized, record_every=10)
+    theirs = train.gd(paper_A, steps=30, lr=0.3, normalized=normalized, record_every=10, engine="torch")
+    np.testing.assert_array_equal(mine.steps, theirs.steps)
+    torch.testing.assert_close(mine.W, theirs.W, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(mine.probs[..., 0, :], theirs.probs, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(mine.loss, theirs.loss, rtol=1e-12, atol=1e-13)
 
 
 def test_gd_converges_to_the_att_svm_of_the_tokens_it_selects():
@@ -551,7 +595,7 @@ def _brute_force_positive(problem):
     that attains it: with independent tokens, x_p^T W x_a = minus the rank of p in the order chosen for a."""
     import itertools
     alpha = causal.optimal_tokens(problem)
-    edges = causal._causal._preference_edges(problem, alpha)
+    edges = causal._preferences._preference_edges(problem, alpha)
     unique, ids = torch.unique(problem.X.reshape(-1, problem.d), dim=0, return_inverse=True)
     potential = np.zeros((len(unique), len(unique)))  # [p, a]
     total = 0
@@ -656,3 +700,65 @@ def test_witness_attains_the_max_positive_margins():
     np.testing.assert_array_equal(positive, best)
     assert (best < causal.separation_mask(problems).sum((-3, -2, -1)).numpy()).any()  # a conflict somewhere
 
+
+
+# ------------------------------------------------------------------ svm.soft_margin_svm on a user's own rows
+
+def _cvx_rows(A, C=None, objective="squared", groups=None):
+    """The SVMs of rows A in the primal with cvxpy and Clarabel (an independent formulation)."""
+    w = cp.Variable(A.shape[1])
+    if C is None:
+        prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), [A @ w >= 1])
+    else:
+        groups = np.arange(len(A)) if groups is None else np.asarray(groups)
+        xi = cp.Variable(int(groups.max()) + 1, nonneg=True)
+        norm = 0.5 * cp.sum_squares(w) if objective == "squared" else cp.norm(w)
+        prob = cp.Problem(cp.Minimize(norm + C * cp.sum(xi)), [A @ w >= 1 - xi[groups]])
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    assert prob.status == cp.OPTIMAL
+    return w.value
+
+
+@pytest.mark.parametrize("C, objective, groups", [(None, "squared", None), (0.3, "squared", None),
+                                                  (0.3, "norm", None), (0.5, "squared", [0, 0, 1, 1, 2, 2, 3, 3])])
+def test_soft_margin_svm_of_a_constraint_matrix_matches_cvxpy(C, objective, groups):
+    A = _random((8, 5), seed=40).numpy() + 0.5  # feasible: the rows have a common positive direction
+    options = {} if C is None else dict(C=C, objective=objective, groups=groups)
+    w, lam = svm.soft_margin_svm(A, **options, return_multipliers=True)
+    assert w.shape == (5,) and lam.shape == (8,) and (lam >= 0).all()
+    np.testing.assert_allclose(w, _cvx_rows(A, C, objective, groups), atol=2e-6)
+    scale = np.linalg.norm(w) if objective == "norm" else 1.0
+    np.testing.assert_allclose(w, scale * A.T @ lam, atol=1e-8)  # the multipliers rebuild w
+
+
+def test_soft_margin_svm_of_kronecker_rows_is_that_of_their_matrix():
+    deltas, queries = _random((6, 3), seed=41).numpy(), _random((6, 4), seed=42).numpy()
+    A = np.einsum("cd,ce->cde", deltas, queries).reshape(6, 12)  # rows kron(delta_c, z_c)
+    for options in ({}, dict(C=0.2), dict(C=0.2, objective="norm")):
+        W = svm.soft_margin_svm((deltas, queries), **options)
+        assert W.shape == (3, 4)
+        tol = 1e-5 if options.get("objective") == "norm" else 1e-9  # the cone program: about 1e-6 at small C
+        np.testing.assert_allclose(W.reshape(-1), svm.soft_margin_svm(A, **options), atol=tol)
+    assert svm.penalty_threshold((deltas, queries)) == pytest.approx(svm.penalty_threshold(A), rel=1e-9)
+
+
+def test_soft_margin_svm_errors_and_the_penalty_threshold():
+    A = np.array([[1.0, 0.0], [0.0, 2.0]])
+    C_star = svm.penalty_threshold(A)  # lam = (1, 1/4), ||w^mm|| = sqrt(5) / 2
+    assert C_star == pytest.approx(2 / np.sqrt(5), rel=1e-12)
+    for factor, equal in [(1.01, True), (0.99, False)]:
+        w = svm.soft_margin_svm(A, C=factor * C_star, objective="norm")
+        assert np.allclose(w, [1.0, 0.5], atol=1e-7) == equal
+    with pytest.raises(svm.InfeasibleSVM):
+        svm.soft_margin_svm(np.array([[1.0], [-1.0]]))  # w >= 1 and -w >= 1
+    w = svm.soft_margin_svm(np.array([[1.0], [-1.0]]), C=1.0)  # the soft margin always exists
+    assert w.shape == (1,) and abs(w[0]) < 1e-9
+    assert svm.soft_margin_svm(np.zeros((0, 3))).tolist() == [0.0, 0.0, 0.0]  # no constraint: w = 0
+    with pytest.raises(ValueError, match="pass C"):
+        svm.soft_margin_svm(A, objective="norm")
+    with pytest.raises(ValueError, match="groups"):
+        svm.soft_margin_svm(A, groups=[0, 1])
+    with pytest.raises(ValueError, match=r"groups must have shape \(2,\)"):
+        svm.soft_margin_svm(A, C=1.0, groups=[0, 1, 2])
+    with pytest.raises(ValueError, match="rows must pair"):
+        svm.soft_margin_svm((np.ones((2, 3)), np.ones((3, 3))))

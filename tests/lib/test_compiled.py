@@ -116,9 +116,9 @@ def test_compiled_engine_names_what_it_cannot_run(options, reason):
 
 
 def test_compiled_engine_leaves_other_devices_to_the_torch_loop():
-    """train.gd's "auto" engine asks `supports`: a problem on a GPU trains in the torch loop, on its device."""
-    assert compiled.supports("W", None, "exact", torch.device("cpu")) is None
-    assert compiled.supports("W", None, "exact", torch.device("cuda")) == \
+    """train.gd's "auto" engine asks `why_not_compiled`: a problem on a GPU trains in the torch loop, on its device."""
+    assert compiled.why_not_compiled("W", None, "exact", torch.device("cpu")) is None
+    assert compiled.why_not_compiled("W", None, "exact", torch.device("cuda")) == \
         "it runs on the CPU only (the problem is on cuda)"
 
 

@@ -277,8 +277,8 @@ MODEL_FUNCTIONS_NEEDING_Z = {
     "gd": lambda p: train.gd(p, steps=1, lr=0.1),
     "gd_KQ": lambda p: train.gd(p, param="KQ", steps=1, lr=0.1),
     "regularization_path": lambda p: train.regularization_path(p, [1.0], steps=1),
-    "margins": lambda p: theory.margins(p, np.zeros(p.batch_shape + (3,), int), np.eye(3)),
-    "support_tokens": lambda p: theory.support_tokens(p, np.zeros(p.batch_shape + (3,), int), np.eye(3)),
+    "margins": lambda p: theory.margins(p, np.eye(3), np.zeros(p.batch_shape + (3,), int)),
+    "support_tokens": lambda p: theory.support_tokens(p, np.eye(3), np.zeros(p.batch_shape + (3,), int)),
     "convergence": lambda p: theory.convergence(p, np.eye(3)),
 }
 

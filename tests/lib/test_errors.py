@@ -133,8 +133,8 @@ def test_unknown_loss_is_rejected(problem, function):
 # ------------------------------------------------------------------ theory
 
 ALPHA_FUNCTIONS = {
-    "margins": lambda p, a: theory.margins(p, a, np.eye(d)),
-    "support_tokens": lambda p, a: theory.support_tokens(p, a, np.eye(d)),
+    "margins": lambda p, a: theory.margins(p, np.eye(d), a),
+    "support_tokens": lambda p, a: theory.support_tokens(p, np.eye(d), a),
     "locally_optimal": theory.locally_optimal,
     "att_svm": lambda p, a: svm.att_svm(p.X, p.Z, a),
     "feasible": lambda p, a: svm.feasible(p.X, p.Z, a),
@@ -167,14 +167,14 @@ def test_batched_alpha_must_have_the_batch_shape():
 
 
 def test_integral_float_alpha_is_accepted(problem):
-    np.testing.assert_array_equal(theory.margins(problem, np.array([0.0, 1.0, 2.0]), np.eye(d)),
-                                  theory.margins(problem, [0, 1, 2], np.eye(d)))
+    np.testing.assert_array_equal(theory.margins(problem, np.eye(d), np.array([0.0, 1.0, 2.0])),
+                                  theory.margins(problem, np.eye(d), [0, 1, 2]))
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_margins_reject_non_finite_W(problem, value):
     with pytest.raises(ValueError, match=r"^W contains"):
-        theory.margins(problem, [0, 1, 2], _with(np.eye(d), (0, 0), value))
+        theory.margins(problem, _with(np.eye(d), (0, 0), value), [0, 1, 2])
 
 
 @pytest.mark.parametrize("A,B,pattern", [

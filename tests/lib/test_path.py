@@ -44,13 +44,13 @@ def test_KQ_path_lies_on_the_spheres():
 
 
 @pytest.mark.parametrize("param", ["W", "KQ"])
-@pytest.mark.parametrize("kind", ["logistic", "exponential"])
-def test_path_loss_does_not_increase_with_the_radius(param, kind):
+@pytest.mark.parametrize("loss", ["logistic", "exponential"])
+def test_path_loss_does_not_increase_with_the_radius(param, loss):
     problem = data.random_problem(6, 8, 10, seed=2, batch=4)
-    path = train.regularization_path(problem, [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0], param=param, steps=30, loss=kind)
+    path = train.regularization_path(problem, [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0], param=param, steps=30, loss=loss)
     assert (path.loss[1:] <= path.loss[:-1]).all()
     assert (path.loss[-1] < path.loss[0]).all()
-    torch.testing.assert_close(path.loss[-1], model.loss(problem, path.W[-1], kind), rtol=0, atol=0)
+    torch.testing.assert_close(path.loss[-1], model.loss(problem, path.W[-1], loss), rtol=0, atol=0)
 
 
 def test_path_is_deterministic_and_seeded():

@@ -1,5 +1,5 @@
-"""attnsvm.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and attnsvm.book.widgets.explorer
-(precomputed frames)."""
+"""attnsvm.book.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and
+attnsvm.book.widgets.explorer (precomputed frames)."""
 
 import io
 import json

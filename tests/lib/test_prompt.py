@@ -203,16 +203,16 @@ REFERENCE_LOSSES = {"logistic": lambda m: F.softplus(-m), "exponential": lambda 
                     "linear": lambda m: -m}
 
 
-def _reference_loss(problem, key, p, kind="logistic"):
+def _reference_loss(problem, key, p, loss="logistic"):
     """(1/n) sum_i l(Y_i <X_i v, softmax(X_i key p)>), written out for autograd."""
     logits = torch.einsum("...ntd,de,...e->...nt", problem.X, torch.as_tensor(key, dtype=torch.float64), p)
     f = (torch.softmax(logits, -1) * torch.einsum("...ntd,...d->...nt", problem.X, problem.v)).sum(-1)
-    return REFERENCE_LOSSES[kind](problem.Y * f).mean(-1)
+    return REFERENCE_LOSSES[loss](problem.Y * f).mean(-1)
 
 
-def _reference_gradient(problem, key, p, kind="logistic"):
+def _reference_gradient(problem, key, p, loss="logistic"):
     p = torch.as_tensor(p, dtype=torch.float64).clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(_reference_loss(problem, key, p, kind).sum(), p)
+    (grad,) = torch.autograd.grad(_reference_loss(problem, key, p, loss).sum(), p)
     return grad
 
 
@@ -225,13 +225,13 @@ def _prompt_case(batch=None, seed=0):
     return problem, key, p
 
 
-@pytest.mark.parametrize("kind", list(REFERENCE_LOSSES))
+@pytest.mark.parametrize("loss", list(REFERENCE_LOSSES))
 @pytest.mark.parametrize("batch", [None, 3])
-def test_gd_prompt_gradient_equals_autograd(kind, batch):
+def test_gd_prompt_gradient_equals_autograd(loss, batch):
     problem, key, p0 = _prompt_case(batch)
-    traj = train.gd_prompt(problem, key, steps=1, lr=1.0, normalized=False, init=p0, loss=kind)
+    traj = train.gd_prompt(problem, key, steps=1, lr=1.0, normalized=False, init=p0, loss=loss)
     gradient = p0 - traj.p[1]
-    reference = _reference_gradient(problem, key, p0, kind)
+    reference = _reference_gradient(problem, key, p0, loss)
     assert gradient.shape == p0.shape
     torch.testing.assert_close(gradient, reference, rtol=1e-10, atol=1e-14)
 
@@ -256,19 +256,19 @@ def test_gd_prompt_normalized_steps_have_length_lr():
         torch.testing.assert_close(traj.p[k + 1] - traj.p[k], expected, rtol=1e-9, atol=1e-14)
 
 
-@pytest.mark.parametrize("kind", list(REFERENCE_LOSSES))
-def test_gd_prompt_records(kind):
+@pytest.mark.parametrize("loss", list(REFERENCE_LOSSES))
+def test_gd_prompt_records(loss):
     problem, key, _ = _prompt_case(batch=3, seed=3)
-    traj = train.gd_prompt(problem, key, steps=12, lr=0.2, record_every=5, loss=kind)
+    traj = train.gd_prompt(problem, key, steps=12, lr=0.2, record_every=5, loss=loss)
     np.testing.assert_array_equal(traj.steps, [0, 5, 10, 12])
     assert traj.p.shape == (4, 3, 6) and traj.probs.shape == (4, 3, 4, 5) and traj.loss.shape == (4, 3)
     assert traj.W is None and traj.K is None and traj.Q is None
-    full = train.gd_prompt(problem, key, steps=12, lr=0.2, loss=kind)
+    full = train.gd_prompt(problem, key, steps=12, lr=0.2, loss=loss)
     torch.testing.assert_close(traj.p, full.p[[0, 5, 10, 12]], rtol=0, atol=0)
     for r in range(4):
         logits = torch.einsum("bntd,de,be->bnt", problem.X, key, traj.p[r])
         torch.testing.assert_close(traj.probs[r], torch.softmax(logits, -1), rtol=0, atol=1e-15)
-        torch.testing.assert_close(traj.loss[r], _reference_loss(problem, key, traj.p[r], kind), rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(traj.loss[r], _reference_loss(problem, key, traj.p[r], loss), rtol=1e-13, atol=1e-15)
     torch.testing.assert_close(traj.selection(), traj.probs[-1].argmax(-1), rtol=0, atol=0)
 
 

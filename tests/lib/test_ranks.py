@@ -1,4 +1,5 @@
-"""Paper A's rank experiment: the spectra of both Att-SVM solutions at a grid point, serial or in workers."""
+"""Paper A's rank experiment (``attnsvm.experiments.svm_rank``): the spectra of both Att-SVM solutions at a grid
+point, serial or in worker processes (tests/lib/test_parallel.py adds a Dask cluster)."""
 
 import numpy as np
 import pytest
@@ -59,7 +60,8 @@ def test_workers_give_the_same_grid():
 
 @pytest.mark.parametrize("points, workers, match", [
     ([], 1, "points must"), ([(3, 4)], 1, "points must"), ([3, 4, 5], 1, "points must"),
-    ([(3, 4, 5)], 0, "workers must"), ([(0, 4, 5)], 1, "n must")])
+    ([(3, 4, 5)], 0, "workers must"), ([(3, 4, 5)], "two", "workers must"), ([(3, 4, 5)], -1, "workers must"),
+    ([(0, 4, 5)], 1, "n must")])
 def test_bad_arguments_are_named(points, workers, match):
     with pytest.raises(ValueError, match=match):
         ranks.grid(points, workers=workers)

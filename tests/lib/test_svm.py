@@ -294,3 +294,81 @@ def test_constraint_matrix_kronecker_identity():
     assert A.shape == (3 * 3, 25)
     margins = ref.margins(X, Z, alpha, W)
     np.testing.assert_allclose(A @ W.reshape(-1), margins[ref.off_alpha(alpha, 4)], rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ a Problem in place of its arrays
+
+def _general_probs(problem, seed=1):
+    """Attention probabilities of a large random W: some tokens kept, others masked."""
+    W = 10 * np.random.default_rng(seed).standard_normal((problem.d, problem.d))
+    return attnsvm.model.attention(problem, W).numpy()
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuc"])
+def test_a_problem_gives_the_result_of_its_arrays(norm):
+    """att_svm(problem, alpha) is att_svm(problem.X, problem.Z, alpha) to the bit; so for every solver."""
+    problems = data.random_problem(3, 4, 5, seed=2, batch=3)
+    alpha = theory.optimal_tokens(problems)
+    for solution, expected in [
+            (svm.att_svm(problems, alpha, norm=norm), svm.att_svm(problems.X, problems.Z, alpha, norm)),
+            (svm.att_svm(problems, alpha=alpha, norm=norm, return_multipliers=True),
+             svm.att_svm(problems.X, problems.Z, alpha, norm=norm, return_multipliers=True)),
+            (svm.feasible(problems, alpha), svm.feasible(problems.X, problems.Z, alpha)),
+            (svm.constraint_matrix(problems[1], alpha[1]),
+             svm.constraint_matrix(problems.X[1], problems.Z[1], alpha[1]))]:
+        for got, want in zip(*(value if isinstance(value, tuple) else (value,) for value in (solution, expected))):
+            np.testing.assert_array_equal(got, want)
+    problem = problems[0]
+    key = np.random.default_rng(3).standard_normal((5, 5))
+    np.testing.assert_array_equal(svm.prompt_svm(problems, key, alpha), svm.prompt_svm(problems.X, key, alpha))
+    v, support = svm.head_svm(problem, alpha[0])
+    v_arrays, support_arrays = svm.head_svm(problem.X, problem.Y, alpha[0])
+    np.testing.assert_array_equal(v, v_arrays)
+    np.testing.assert_array_equal(support, support_arrays)
+    probs = _general_probs(problem)
+    general, general_arrays = svm.general_svm(problem, probs), svm.general_svm(problem.X, problem.Z, probs)
+    for name in ("relevant", "W_fin", "W_mm"):
+        np.testing.assert_array_equal(getattr(general, name), getattr(general_arrays, name))
+
+
+PROBLEM = data.random_problem(2, 3, 3, seed=0)
+ALPHA = theory.optimal_tokens(PROBLEM)
+
+
+@pytest.mark.parametrize("call,pattern", [
+    (lambda: svm.att_svm(PROBLEM, PROBLEM.Z, ALPHA), r"takes Z from the problem \(problem.Z\)"),
+    (lambda: svm.att_svm(PROBLEM, ALPHA, "nuc"), r"takes its options by keyword.*norm='nuc'"),
+    (lambda: svm.att_svm(PROBLEM), r"^alpha is missing"),
+    (lambda: svm.att_svm(PROBLEM.X, ALPHA), r"^alpha is missing.*att_svm\(X, Z, alpha\) with arrays"),
+    (lambda: svm.att_svm(PROBLEM.X, PROBLEM, ALPHA), r"^Z is a Problem: a Problem comes first"),
+    (lambda: svm.att_svm(PROBLEM.X, None, ALPHA), r"^Z is missing"),
+    (lambda: svm.feasible(PROBLEM, PROBLEM.Z, ALPHA), r"takes Z from the problem"),
+    (lambda: svm.constraint_matrix(PROBLEM.X, ALPHA), r"^alpha is missing"),
+    (lambda: svm.head_svm(PROBLEM, PROBLEM.Y, ALPHA), r"takes Y from the problem \(problem.Y\)"),
+    (lambda: svm.general_svm(PROBLEM, PROBLEM.Z, np.full((2, 3), 1 / 3)), r"takes Z from the problem"),
+    (lambda: svm.prompt_svm(PROBLEM, None, ALPHA), r"^key is missing.*prompt_svm\(problem, key, alpha\)"),
+    (lambda: svm.att_svm(attnsvm.causal.SequenceProblem(PROBLEM.X, PROBLEM.X), ALPHA),
+     r"X is a SequenceProblem: .*causal.att_svm"),
+])
+def test_a_wrong_mix_of_problem_and_arrays_is_a_type_error(call, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        call()
+
+
+def test_a_problem_without_queries_or_tokens_to_separate_is_refused_by_name():
+    prompt = data.Problem(PROBLEM.X, PROBLEM.Y, None, PROBLEM.v)  # paper B's model: no queries z_i
+    for call in (lambda: svm.att_svm(prompt, ALPHA), lambda: svm.feasible(prompt, ALPHA),
+                 lambda: svm.general_svm(prompt, np.full((2, 3), 1 / 3))):
+        with pytest.raises(ValueError, match=r"^problem.Z is None .*svm.prompt_svm\(problem, key, alpha\)"):
+            call()
+    wide = data.random_problem(2, 3, 5, seed=0)
+    wide_prompt = data.Problem(wide.X, wide.Y, None, wide.v)
+    np.testing.assert_array_equal(svm.prompt_svm(wide_prompt, np.eye(5), [0, 1]),  # the prompt model's own SVM
+                                  svm.prompt_svm(wide.X, np.eye(5), [0, 1]))
+    one = data.random_problem(2, 1, 3, seed=0)
+    with pytest.raises(ValueError, match=r"^problem holds T=1 token per sequence: att_svm needs T >= 2"):
+        svm.att_svm(one, [0, 0])
+    with pytest.raises(ValueError, match=r"^problem holds T=1 token per sequence: prompt_svm needs T >= 2"):
+        svm.prompt_svm(one, np.eye(3), [0, 0])
+    v, support = svm.head_svm(one, [0, 0])  # the head's SVM needs no second token
+    assert v.shape == (3,) and support.dtype == bool

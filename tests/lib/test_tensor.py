@@ -120,21 +120,21 @@ def test_translation_to_the_book():
         Aj, hv = tensor.row_block(A, A, 0), tensor.h(A, Y, 0)
         s = tensor.f(Aj, x) @ hv
         assert abs(s - model.outputs(problem, W)[i]) < 1e-13
-        losses.append(tensor.loss(Aj, x, hv, problem.Y[i], kind="logistic"))
+        losses.append(tensor.loss(Aj, x, hv, problem.Y[i], loss="logistic"))
     assert abs(torch.stack(losses).mean() - model.loss(problem, W)) < 1e-13
 
 
 # ------------------------------------------------------------------ loss and gradient
 
 @pytest.mark.parametrize("n,d", SIZES)
-@pytest.mark.parametrize("kind", tensor.KINDS)
+@pytest.mark.parametrize("loss", tensor.LOSSES)
 @pytest.mark.parametrize("attention", tensor.ATTENTIONS)
-def test_gradient_matches_autograd(n, d, kind, attention):
+def test_gradient_matches_autograd(n, d, loss, attention):
     Aj, x, hv, b = _setting(n, d, seed=20 + n, batch=(3,))
     x = x.requires_grad_(True)
-    value = tensor.loss(Aj, x, hv, b, kind=kind, attention=attention)
+    value = tensor.loss(Aj, x, hv, b, loss=loss, attention=attention)
     auto = torch.autograd.grad(value.sum(), x)[0]
-    closed = tensor.gradient(Aj, x.detach(), hv, b, kind=kind, attention=attention)
+    closed = tensor.gradient(Aj, x.detach(), hv, b, loss=loss, attention=attention)
     assert ((closed - auto).norm() / auto.norm()) < 1e-12
 
 
@@ -142,12 +142,12 @@ def test_paper_lemma_is_the_gradient_for_unit_targets_only():
     Aj, x, hv, _ = _setting(5, 3, seed=30)
     for b in (1.0, -1.0):
         paper = tensor.paper_gradient(Aj, x, hv, torch.tensor(b, dtype=torch.float64))
-        correct = tensor.gradient(Aj, x, hv, torch.tensor(b, dtype=torch.float64), kind="paper")
+        correct = tensor.gradient(Aj, x, hv, torch.tensor(b, dtype=torch.float64), loss="paper")
         assert ((paper - correct).norm() / correct.norm()) < 1e-12
-        sigmoid = tensor.gradient(Aj, x, hv, torch.tensor(b, dtype=torch.float64), kind="sigmoid")
+        sigmoid = tensor.gradient(Aj, x, hv, torch.tensor(b, dtype=torch.float64), loss="sigmoid")
         torch.testing.assert_close(sigmoid, -correct, rtol=1e-14, atol=1e-16)
     paper = tensor.paper_gradient(Aj, x, hv, torch.tensor(2.0, dtype=torch.float64))
-    correct = tensor.gradient(Aj, x, hv, torch.tensor(2.0, dtype=torch.float64), kind="paper")
+    correct = tensor.gradient(Aj, x, hv, torch.tensor(2.0, dtype=torch.float64), loss="paper")
     assert ((paper - correct).norm() / correct.norm()) > 1e-3
 
 
@@ -155,8 +155,8 @@ def test_paper_loss_rewards_a_smaller_margin():
     """A gradient step on C's g(b s) lowers the margin b s; on the corrected losses it raises it."""
     Aj, x, hv, b = _setting(5, 3, seed=31)
     margin = lambda z: b * (tensor.f(Aj, z) @ hv)  # noqa: E731
-    for kind, sign in [("paper", -1), ("sigmoid", 1), ("logistic", 1)]:
-        step = x - 0.01 * tensor.gradient(Aj, x, hv, b, kind=kind)
+    for loss, sign in [("paper", -1), ("sigmoid", 1), ("logistic", 1)]:
+        step = x - 0.01 * tensor.gradient(Aj, x, hv, b, loss=loss)
         assert sign * (margin(step) - margin(x)) > 0
 
 
@@ -184,28 +184,28 @@ def test_log10_bound_example_and_vectorized():
         3 * 5 ** 3 * 8.0 ** 7 * math.exp(13 * 8.0 ** 2)
 
 
-@pytest.mark.parametrize("kind", tensor.KINDS)
+@pytest.mark.parametrize("loss", tensor.LOSSES)
 @pytest.mark.parametrize("attention", tensor.ATTENTIONS)
-def test_lipschitz_bound_dominates_exact_hessian_everywhere(kind, attention):
+def test_lipschitz_bound_dominates_exact_hessian_everywhere(loss, attention):
     """The polynomial bound holds on all of R^{d^2}, far outside the R-ball too."""
     for seed in range(6):
         Aj, x, hv, b = _setting(4, 2, seed=40 + seed)
-        bound = tensor.lipschitz_bound(Aj, hv, b, kind=kind, attention=attention)
+        bound = tensor.lipschitz_bound(Aj, hv, b, loss=loss, attention=attention)
         for scale in (0.0, 1.0, 5.0):
-            fn = lambda z: tensor.loss(Aj, z, hv, b, kind=kind, attention=attention)  # noqa: E731
+            fn = lambda z: tensor.loss(Aj, z, hv, b, loss=loss, attention=attention)  # noqa: E731
             assert _exact_hessian_norm(fn, scale * x) <= bound * (1 + 1e-12)
 
 
 def test_linear_squared_bound_is_exact():
     Aj, x, hv, b = _setting(4, 3, seed=50)
-    fn = lambda z: tensor.loss(Aj, z, hv, b, kind="squared", attention="linear")  # noqa: E731
-    bound = tensor.lipschitz_bound(Aj, hv, b, kind="squared", attention="linear")
+    fn = lambda z: tensor.loss(Aj, z, hv, b, loss="squared", attention="linear")  # noqa: E731
+    bound = tensor.lipschitz_bound(Aj, hv, b, loss="squared", attention="linear")
     assert abs(_exact_hessian_norm(fn, x) - bound) < 1e-10 * bound
 
 
 def test_hessian_norm_is_a_converging_lower_bound():
     Aj, x, hv, b = _setting(5, 3, seed=51)
-    fn = lambda z: tensor.loss(Aj, z, hv, b, kind="paper")  # noqa: E731
+    fn = lambda z: tensor.loss(Aj, z, hv, b, loss="paper")  # noqa: E731
     exact = _exact_hessian_norm(fn, x)
     for iterations in (1, 3, 10):
         assert tensor.hessian_norm(fn, x, iterations=iterations) <= exact * (1 + 1e-12)
@@ -232,8 +232,8 @@ def test_sample_ball_and_into_ball():
 @pytest.mark.parametrize("n,R", [(2, 4.0), (5, 5.0), (8, 6.0)])
 def test_empirical_constants_below_both_bounds(n, R):
     inst = tensor.random_instance(n, 3, R, seed=n, batch=8)
-    bound = tensor.lipschitz_bound(inst.Aj, inst.h, inst.b, kind="paper")
-    est = tensor.empirical_lipschitz(inst, R, kind="paper", points=32, iterations=15)
+    bound = tensor.lipschitz_bound(inst.Aj, inst.h, inst.b, loss="paper")
+    est = tensor.empirical_lipschitz(inst, R, loss="paper", points=32, iterations=15)
     for value in est:
         assert value.shape == (8,) and (value > 0).all()
         assert (value <= bound * (1 + 1e-9)).all()
@@ -243,7 +243,7 @@ def test_empirical_constants_below_both_bounds(n, R):
 
 def test_empirical_power_estimate_close_to_exact_sup_over_its_points():
     inst = tensor.random_instance(4, 2, 4.0, seed=3)
-    est = tensor.empirical_lipschitz(inst, 4.0, kind="logistic", points=16, iterations=200, seed=5)
+    est = tensor.empirical_lipschitz(inst, 4.0, loss="logistic", points=16, iterations=200, seed=5)
     x = tensor.sample_ball(inst.Aj, 4.0, 32, seed=5)[:16]
     fn = lambda z: tensor.loss(inst.Aj, z, inst.h, inst.b)  # noqa: E731
     exact = max(_exact_hessian_norm(fn, point) for point in x)
@@ -256,18 +256,18 @@ def test_hessian_grows_linearly_with_h():
     inst = tensor.random_instance(5, 3, 4.0, seed=7)
     h0 = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     x0 = torch.zeros(9, dtype=torch.float64)
-    norms = [tensor.hessian_norm(lambda z: tensor.loss(inst.Aj, z, c * h0, inst.b, kind="paper"), x0,
+    norms = [tensor.hessian_norm(lambda z: tensor.loss(inst.Aj, z, c * h0, inst.b, loss="paper"), x0,
                                  iterations=200) for c in (1.0, 1e3)]
     assert abs(norms[1] / norms[0] - 1e3) < 1e-6 * 1e3
 
 
 def test_descend_with_the_bound_as_step_decreases_the_loss():
     inst = tensor.random_instance(5, 3, 4.0, seed=8, batch=6)
-    for kind in ("logistic", "squared"):
+    for loss in ("logistic", "squared"):
         for attention in tensor.ATTENTIONS:
-            L = tensor.lipschitz_bound(*inst, kind=kind, attention=attention).max()
+            L = tensor.lipschitz_bound(*inst, loss=loss, attention=attention).max()
             x0 = torch.zeros(6, 9, dtype=torch.float64)
-            losses, _ = tensor.descend(inst, x0, lr=1 / L.item(), steps=50, kind=kind, attention=attention)
+            losses, _ = tensor.descend(inst, x0, lr=1 / L.item(), steps=50, loss=loss, attention=attention)
             assert losses.shape == (51, 6) and (losses.diff(dim=0) <= 1e-15).all()
             assert (losses[-1] < losses[0]).all()
 
@@ -275,7 +275,7 @@ def test_descend_with_the_bound_as_step_decreases_the_loss():
 def test_step_one_over_M_changes_nothing():
     inst = tensor.random_instance(5, 3, 4.0, seed=9)
     x = tensor.sample_ball(inst.Aj, 4.0, 1, seed=0)[0]
-    _, final = tensor.descend(inst, x, lr=10 ** -tensor.log10_bound(5, 4.0), steps=10, kind="sigmoid")
+    _, final = tensor.descend(inst, x, lr=10 ** -tensor.log10_bound(5, 4.0), steps=10, loss="sigmoid")
     assert torch.equal(final, x)
 
 
@@ -287,8 +287,8 @@ def test_errors_name_the_argument():
         tensor.loss(Aj, x[:-1], hv, b)
     with pytest.raises(ValueError, match="h must have shape"):
         tensor.gradient(Aj, x, hv[:-1], b)
-    with pytest.raises(ValueError, match="kind='hinge' is not supported"):
-        tensor.loss(Aj, x, hv, b, kind="hinge")
+    with pytest.raises(ValueError, match="loss='hinge' is not supported"):
+        tensor.loss(Aj, x, hv, b, loss="hinge")
     with pytest.raises(ValueError, match="attention='relu' is not supported"):
         tensor.gradient(Aj, x, hv, b, attention="relu")
     with pytest.raises(ValueError, match="R must be >= 4"):
@@ -315,28 +315,28 @@ def test_errors_name_the_argument():
 
 # ------------------------------------------------------------------ closed-form Hessian and its maximization
 
-@pytest.mark.parametrize("kind", tensor.KINDS)
+@pytest.mark.parametrize("loss", tensor.LOSSES)
 @pytest.mark.parametrize("attention", tensor.ATTENTIONS)
-def test_hessian_matches_autograd(kind, attention):
+def test_hessian_matches_autograd(loss, attention):
     Aj, x, hv, b = _setting(5, 3, seed=70, batch=(3,))
     for target in (b, 2.5 * b):  # |b| = 1 and a target that is not +-1
-        closed = tensor.hessian(Aj, x, hv, target, kind=kind, attention=attention)
+        closed = tensor.hessian(Aj, x, hv, target, loss=loss, attention=attention)
         for k in range(3):
-            fn = lambda z: tensor.loss(Aj[k], z, hv[k], target[k], kind=kind, attention=attention)  # noqa: E731
+            fn = lambda z: tensor.loss(Aj[k], z, hv[k], target[k], loss=loss, attention=attention)  # noqa: E731
             auto = torch.autograd.functional.hessian(fn, x[k])
             assert torch.allclose(closed[k], auto, rtol=1e-10, atol=1e-12)
 
 
 def test_max_hessian_norm_is_a_lower_bound_attained_in_the_ball():
     inst = tensor.random_instance(5, 3, 4.0, seed=71, batch=6)
-    for kind in ("logistic", "squared", "paper"):
-        found = tensor.max_hessian_norm(inst, 4.0, kind=kind, starts=8, steps=60)
+    for loss in ("logistic", "squared", "paper"):
+        found = tensor.max_hessian_norm(inst, 4.0, loss=loss, starts=8, steps=60)
         radius = (inst.Aj @ found.point[..., None])[..., 0].norm(dim=-1)
         assert (radius <= 4.0 * (1 + 1e-9)).all()
-        at_point = torch.linalg.eigvalsh(tensor.hessian(inst.Aj, found.point, inst.h, inst.b, kind=kind))
+        at_point = torch.linalg.eigvalsh(tensor.hessian(inst.Aj, found.point, inst.h, inst.b, loss=loss))
         assert torch.allclose(at_point.abs().max(-1).values, found.value, rtol=1e-10)
-        assert (found.value <= tensor.lipschitz_bound(*inst, kind=kind) * (1 + 1e-12)).all()
-        sampled = tensor.empirical_lipschitz(inst, 4.0, kind=kind, points=16, iterations=30)
+        assert (found.value <= tensor.lipschitz_bound(*inst, loss=loss) * (1 + 1e-12)).all()
+        sampled = tensor.empirical_lipschitz(inst, 4.0, loss=loss, points=16, iterations=30)
         assert (found.value >= 0.999 * torch.maximum(sampled.pairs, sampled.power)).all()
 
 
@@ -344,16 +344,16 @@ def test_max_hessian_norm_finds_the_exact_linear_constant():
     """For linear attention the supremum over the ball is known: (1/4) ||A^T h||^2 at s = 0 (logistic) and
     2 ||A^T h||^2 everywhere (squared), which is what lipschitz_bound returns."""
     inst = tensor.random_instance(5, 3, 6.0, seed=72, batch=5)
-    for kind in ("logistic", "squared"):
-        found = tensor.max_hessian_norm(inst, 6.0, kind=kind, attention="linear", starts=4, steps=20)
-        exact = tensor.lipschitz_bound(*inst, kind=kind, attention="linear")
+    for loss in ("logistic", "squared"):
+        found = tensor.max_hessian_norm(inst, 6.0, loss=loss, attention="linear", starts=4, steps=20)
+        exact = tensor.lipschitz_bound(*inst, loss=loss, attention="linear")
         assert torch.allclose(found.value, exact, rtol=1e-10)
 
 
 def test_max_hessian_norm_matches_a_dense_grid():
     """T = 3, d = 2: the logits fill a disc of dimension rank(A_j0) = 2, which a 401 x 401 grid covers."""
     inst = tensor.random_instance(3, 2, 4.0, seed=73, batch=3)
-    found = tensor.max_hessian_norm(inst, 4.0, kind="logistic", starts=16, steps=200)
+    found = tensor.max_hessian_norm(inst, 4.0, loss="logistic", starts=16, steps=200)
     U, S, Vh = torch.linalg.svd(inst.Aj, full_matrices=False)
     assert (S[:, 2:] < 1e-12 * S[:, :1]).all()  # rank 2
     grid = torch.linspace(-4.0, 4.0, 401, dtype=torch.float64)

@@ -15,11 +15,11 @@ def test_gap_study_entries_are_the_calls_they_stand_for():
     assert study.log10_M.shape == (2, 2)
     i, k, T, R = 1, 0, 4, 4.0  # T = 4, R = 4
     instance = tensor.random_instance(T, 3, R, seed=T, batch=3)
-    estimate = tensor.empirical_lipschitz(instance, R, kind="paper", points=4, iterations=3, seed=int(R))
-    found = tensor.max_hessian_norm(instance, R, kind="paper", starts=2, steps=3, seed=int(R)).value
+    estimate = tensor.empirical_lipschitz(instance, R, loss="paper", points=4, iterations=3, seed=int(R))
+    found = tensor.max_hessian_norm(instance, R, loss="paper", starts=2, steps=3, seed=int(R)).value
     assert torch.equal(study.sampled[i, k], torch.maximum(estimate.pairs, estimate.power))
     assert torch.equal(study.found[i, k], found)
-    assert torch.equal(study.ours[i, k], tensor.lipschitz_bound(*instance, kind="paper"))
+    assert torch.equal(study.ours[i, k], tensor.lipschitz_bound(*instance, loss="paper"))
     assert study.log10_M[i, k] == tensor.log10_bound(T, R)
     assert (study.sampled <= study.ours).all() and (study.found <= study.ours).all()
 
@@ -30,10 +30,10 @@ def test_attention_study_entries_and_linear_check():
     assert all(t.shape == (2, 4) for t in result)
     R = 3.0
     instance = tensor.random_instance(5, 3, R, seed=3, batch=4, h_norm=1.0)
-    found = tensor.max_hessian_norm(instance, R, kind="logistic", starts=2, steps=3, seed=3).value
+    found = tensor.max_hessian_norm(instance, R, loss="logistic", starts=2, steps=3, seed=3).value
     assert torch.equal(result.found[1], found)
-    assert torch.equal(result.ours[1], tensor.lipschitz_bound(*instance, kind="logistic"))
-    linear = tensor.lipschitz_bound(*instance, kind="logistic", attention="linear")
+    assert torch.equal(result.ours[1], tensor.lipschitz_bound(*instance, loss="logistic"))
+    linear = tensor.lipschitz_bound(*instance, loss="logistic", attention="linear")
     assert torch.equal(result.linear[1], linear)
     torch.testing.assert_close(result.linear_found, result.linear, rtol=1e-10, atol=0)
     assert (result.found <= result.ours).all()
@@ -51,7 +51,7 @@ def test_attention_study_linear_constant_is_exact_for_squared_loss():
     (lambda: tensor.gap_study([], [4.0]), "sizes must not be empty"),
     (lambda: tensor.gap_study([2.5], [4.0]), "sizes must be an integer"),
     (lambda: tensor.gap_study([2], "4"), "radii must be a list"),
-    (lambda: tensor.attention_study([1.0], "hinge"), "kind"),
+    (lambda: tensor.attention_study([1.0], "hinge"), "loss"),
     (lambda: tensor.attention_study([-1.0], "logistic"), "radii must be a finite number > 0"),
 ])
 def test_bad_arguments_are_named(call, match):

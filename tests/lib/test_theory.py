@@ -140,13 +140,13 @@ def test_margins_and_support_tokens_of_att_svm(shape, seed):
     n, T, _ = shape
     for alpha in _alphas(problem, seed):
         W, lam = svm.att_svm(problem.X, problem.Z, alpha, return_multipliers=True)
-        margins = theory.margins(problem, alpha, W)
+        margins = theory.margins(problem, W, alpha)
         assert margins.shape == (n, T)
         at_alpha = np.zeros((n, T), dtype=bool)
         at_alpha[np.arange(n), alpha] = True
         np.testing.assert_array_equal(margins[at_alpha], 0.0)
         assert margins[~at_alpha].min() >= 1 - 1e-9
-        support = theory.support_tokens(problem, alpha, W)
+        support = theory.support_tokens(problem, W, alpha)
         assert support.dtype == bool and support.shape == (n, T)
         np.testing.assert_array_equal(support, np.abs(margins - 1) <= theory.SUPPORT_TOL)
         assert not support[at_alpha].any()
@@ -161,16 +161,16 @@ def test_margins_are_logit_differences():
     alpha = np.array([[0, 1, 3], [2, 2, 0]])
     logits = np.einsum("bntd,bde,bne->bnt", problem.X.numpy(), W, problem.Z.numpy())
     chosen = np.take_along_axis(logits, alpha[..., None], axis=-1)
-    np.testing.assert_allclose(theory.margins(problem, alpha, W), chosen - logits, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(theory.margins(problem, W, alpha), chosen - logits, rtol=1e-13, atol=1e-14)
 
 
 def test_support_tokens_on_a_hand_built_instance():
     # one sequence, tokens e1, e2, -e2, query e1, alpha = 0: W = e1 e1^T, both other tokens have margin 1
     problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [0.0, -1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
     W = np.array([[1.0, 0.0], [0.0, 0.0]])
-    np.testing.assert_array_equal(theory.margins(problem, [0], W), [[0.0, 1.0, 1.0]])
-    np.testing.assert_array_equal(theory.support_tokens(problem, [0], W), [[False, True, True]])
-    np.testing.assert_array_equal(theory.support_tokens(problem, [0], 2 * W), [[False, False, False]])
+    np.testing.assert_array_equal(theory.margins(problem, W, [0]), [[0.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(theory.support_tokens(problem, W, [0]), [[False, True, True]])
+    np.testing.assert_array_equal(theory.support_tokens(problem, 2 * W, [0]), [[False, False, False]])
 
 
 # --------------------------------------------------------------- local optimality
@@ -199,7 +199,7 @@ def test_some_random_selections_are_not_locally_optimal():
     b = int(np.flatnonzero(~flags)[0])
     instance = problem[b]
     W = svm.att_svm(instance.X, instance.Z, alpha[b])
-    support = theory.support_tokens(instance, alpha[b], W)
+    support = theory.support_tokens(instance, W, alpha[b])
     gamma = theory.token_scores(instance).numpy()
     chosen = gamma[np.arange(4), alpha[b]][:, None]
     assert (support & (gamma >= chosen)).any()
@@ -233,7 +233,7 @@ def test_locally_optimal_on_the_planar_single_input_example(global_case, expecte
     # token 2's SVM: W e1 = (1, 0); its support token is (0, 0) alone (margin 1; token 1 has margin 1.1)
     W = svm.att_svm(problem.X, problem.Z, [1])
     np.testing.assert_allclose(W @ [1.0, 0.0], [1.0, 0.0], rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(theory.support_tokens(problem, [1], W), [[False, False, True]])
+    np.testing.assert_array_equal(theory.support_tokens(problem, W, [1]), [[False, False, True]])
 
 
 def test_locally_optimal_unbatched_infeasible_selection_is_false():

@@ -15,9 +15,9 @@ def _random_W(shape, seed, scale=0.5):
     return scale * torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def _autograd(problem, W, kind="logistic"):
+def _autograd(problem, W, loss="logistic"):
     W = W.clone().requires_grad_(True)
-    model.loss(problem, W, kind).sum().backward()
+    model.loss(problem, W, loss).sum().backward()
     return W.grad
 
 
@@ -30,14 +30,14 @@ def _relative_error(got, reference):
 
 # ------------------------------------------------------------------ the gradient
 
-@pytest.mark.parametrize("kind", LOSSES)
+@pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("batch", [None, 5])
-def test_exact_gradient_equals_autograd_when_not_saturated(kind, batch):
+def test_exact_gradient_equals_autograd_when_not_saturated(loss, batch):
     problem = data.random_problem(4, 6, 5, seed=2, batch=batch)
     W = _random_W(problem.batch_shape + (5, 5), seed=3)
-    G = train.loss_gradient(problem, W, kind)
+    G = train.loss_gradient(problem, W, loss)
     assert G.shape == W.shape and G.dtype == torch.float64
-    reference = _autograd(problem, W, kind)
+    reference = _autograd(problem, W, loss)
     for b in np.ndindex(*problem.batch_shape):
         assert _relative_error(G[b], reference[b]) < 1e-10
 
@@ -188,13 +188,13 @@ def test_trajectory_shapes(batch, param):
         assert traj.K is None and traj.Q is None
 
 
-@pytest.mark.parametrize("kind", LOSSES)
-def test_recorded_probs_loss_and_selection_match_the_model(kind):
+@pytest.mark.parametrize("loss", LOSSES)
+def test_recorded_probs_loss_and_selection_match_the_model(loss):
     problem = data.random_problem(4, 5, 6, seed=0, batch=3)
-    traj = train.gd(problem, steps=12, lr=0.2, record_every=5, loss=kind)
+    traj = train.gd(problem, steps=12, lr=0.2, record_every=5, loss=loss)
     for r in range(len(traj.steps)):
         torch.testing.assert_close(traj.probs[r], model.attention(problem, traj.W[r]), rtol=0, atol=1e-15)
-        torch.testing.assert_close(traj.loss[r], model.loss(problem, traj.W[r], kind), rtol=1e-14, atol=1e-15)
+        torch.testing.assert_close(traj.loss[r], model.loss(problem, traj.W[r], loss), rtol=1e-14, atol=1e-15)
     torch.testing.assert_close(traj.selection(), traj.probs[-1].argmax(-1), rtol=0, atol=0)
 
 

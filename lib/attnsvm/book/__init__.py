@@ -1,5 +1,6 @@
-"""The book's own helpers, not the science's: figure style and tables (`plots`), offline explorers (`widgets`),
-exercise self-checks (`exercises`). They need the `book` extra (matplotlib, IPython) and load on first use."""
+"""The book's own helpers, not the science's: figure style and tables (``plots``), offline explorers
+(``widgets``), exercise self-checks (``exercises``). They need the ``book`` extra (matplotlib, IPython) and load
+on first use."""
 
 from importlib import import_module as _import_module
 

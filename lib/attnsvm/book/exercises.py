@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["check"]
 
 
-def check(name: str, function, *args, expected, tol: float = 1e-6) -> None:
-    """Call `function(*args)` and print whether it matches `expected` (max abs difference <= tol).
+def check(name: str, function: Callable[..., ArrayLike], *args: Any, expected: ArrayLike,
+          tol: float = 1e-6) -> None:
+    """Call ``function(*args)`` and print whether it matches ``expected`` (max abs difference <= tol).
 
     A correct result is reported without its difference, which is round-off and differs between processors
-    (the book's stored outputs must not); a wrong one with it."""
+    (the book's stored outputs must not); a wrong one with it; a function that raises NotImplementedError is
+    reported as not implemented yet.
+
+    Examples
+    --------
+    >>> from attnsvm.book import exercises
+    >>> exercises.check("square", lambda x: x**2, 3.0, expected=9.0)
+    square: correct (max abs difference within the tolerance 1e-06).
+    >>> exercises.check("square", lambda x: x**3, 3.0, expected=9.0)
+    square: not yet correct (max abs difference 1.8e+01, tolerance 1e-06).
+    """
     try:
         result = np.asarray(function(*args), dtype=float)
     except NotImplementedError:

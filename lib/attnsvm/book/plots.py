@@ -1,24 +1,27 @@
 """The book's figure style: a colour-blind-safe palette, a size rule that keeps every text readable, helpers for
 its recurring pictures, and its tables.
 
-The size rule. A figure is drawn at most `WIDTH` inches wide (the book's text column, `COLUMN_PX` CSS pixels at
-100 pixels per inch) with fonts of at least 9 pt, and saved by `png()` at `DPI` (sharp on high-density screens) with
-its display width stated, so that the book shows it at 100 pixels per inch. `png()` refuses a figure whose
-smallest text would be displayed below `MIN_TEXT_PX` CSS pixels in the column (a figure wider than the column is
-scaled down), and records the smallest text size in the PNG (`TEXT_KEY`), where the browser tests read it.
-`use_style()` installs `png()` as IPython's PNG formatter of matplotlib figures.
+The size rule. A figure is drawn at most ``WIDTH`` inches wide (the book's text column, ``COLUMN_PX`` CSS pixels
+at 100 pixels per inch) with fonts of at least 9 pt, and saved by ``png()`` at ``DPI`` (sharp on high-density
+screens) with its display width stated, so that the book shows it at 100 pixels per inch. ``png()`` refuses a
+figure whose smallest text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column (a figure wider than
+the column is scaled down), and records the smallest text size in the PNG (``TEXT_KEY``), where the browser tests
+read it. ``use_style()`` installs ``png()`` as IPython's PNG formatter of matplotlib figures.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from numpy.typing import ArrayLike
 
 __all__ = ["band", "displayed_text_px", "line", "path", "png", "ray", "smallest_text", "svm_picture", "table",
            "use_style", "PALETTE", "CYCLE", "WIDTH", "COLUMN_PX", "CSS_PX_PER_INCH", "MIN_TEXT_PX", "DPI", "TEXT_KEY",
@@ -39,7 +42,16 @@ DPI_KEY = "attnsvm-dpi"  # PNG text chunk: the DPI it was saved with
 
 def use_style() -> None:
     """Apply the book's matplotlib style (sizes, palette, no top/right spines) and, inside IPython, show figures
-    through `png()` (the size rule)."""
+    through ``png()`` (the size rule).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> matplotlib.rcParams["font.size"], matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][0]
+    (10.0, '#0072B2')
+    """
     mpl.rcParams.update({
         "figure.figsize": (WIDTH, 4.0), "figure.dpi": CSS_PX_PER_INCH, "savefig.dpi": DPI, "font.size": 10,
         "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
@@ -61,8 +73,20 @@ def use_style() -> None:
 
 
 def smallest_text(fig: Figure) -> float:
-    """The smallest font size, in points, of the visible non-empty texts of `fig` (tick labels, labels, titles,
-    legends, annotations); inf for a figure without text."""
+    """The smallest font size, in points, of the visible non-empty texts of ``fig`` (tick labels, labels, titles,
+    legends, annotations); inf for a figure without text.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, ax = plt.subplots()
+    >>> plots.smallest_text(fig)  # the tick labels
+    9.0
+    >>> plt.close(fig)
+    """
     fig.canvas.draw()  # ticks and their labels exist only once drawn
     sizes = [text.get_fontsize() for text in fig.findobj(Text)
              if text.get_visible() and text.get_text().strip()]
@@ -70,9 +94,22 @@ def smallest_text(fig: Figure) -> float:
 
 
 def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
-    """`fig` as PNG bytes (tight bounding box, saved at `dpi`) and the display metadata {"width": CSS px} that
-    shows it at `CSS_PX_PER_INCH`; raises ValueError if its smallest text would be displayed below `MIN_TEXT_PX`
-    CSS pixels in the book's column."""
+    """``fig`` as PNG bytes (tight bounding box, saved at ``dpi``) and the display metadata {"width": CSS px} that
+    shows it at ``CSS_PX_PER_INCH``; raises ValueError if its smallest text would be displayed below
+    ``MIN_TEXT_PX`` CSS pixels in the book's column.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, ax = plt.subplots(figsize=(3, 2))
+    >>> data, metadata = plots.png(fig)
+    >>> data[:4], sorted(metadata)
+    (b'\x89PNG', ['width'])
+    >>> plt.close(fig)
+    """
     points = smallest_text(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight",
@@ -90,15 +127,34 @@ def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
 
 
 def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float = COLUMN_PX) -> float:
-    """CSS pixels of a `points`-pt text in a PNG of `width_px` image pixels saved at `dpi`, shown at
-    `CSS_PX_PER_INCH` but never wider than `column_px`."""
+    """CSS pixels of a ``points``-pt text in a PNG of ``width_px`` image pixels saved at ``dpi``, shown at
+    ``CSS_PX_PER_INCH`` but never wider than ``column_px``.
+
+    Examples
+    --------
+    >>> from attnsvm.book import plots
+    >>> plots.displayed_text_px(9, 1340, 200)  # 6.7 inches at 200 dpi: shown unscaled
+    12.5
+    >>> round(plots.displayed_text_px(9, 2680, 200), 4)  # twice as wide: scaled down to the column
+    6.2687
+    """
     css_width = width_px * CSS_PX_PER_INCH / dpi
     return points * CSS_PX_PER_INCH / 72 * min(1.0, column_px / css_width)
 
 
-def table(header, rows, caption: str = "") -> Markdown:
-    """A table the book renders as one (cells may hold $math$), with `caption` as a paragraph under it.
-    header: the column titles; rows: one sequence of cells per row, as many as titles."""
+def table(header: Sequence[object], rows: Sequence[Sequence[object]], caption: str = "") -> Markdown:
+    """A table the book renders as one (cells may hold $math$), with ``caption`` as a paragraph under it.
+    header: the column titles; rows: one sequence of cells per row, as many as titles.
+
+    Examples
+    --------
+    >>> from attnsvm.book import plots
+    >>> print(plots.table(["$d$", "error"], [[4, "1.0e-02"], [10, "5.0e-03"]]).data)
+    | $d$ | error |
+    | --- | --- |
+    | 4 | 1.0e-02 |
+    | 10 | 5.0e-03 |
+    """
     header = [str(title) for title in header]
     for k, row in enumerate(rows):
         if len(row) != len(header):
@@ -109,12 +165,24 @@ def table(header, rows, caption: str = "") -> Markdown:
     return Markdown(text + (f"\n\n{caption}" if caption else ""))
 
 
-def svm_picture(ax, tokens, alpha: int, w, *, support=None, color=PALETTE["blue"], label: str = "") -> None:
+def svm_picture(ax: Axes, tokens: ArrayLike, alpha: int, w: ArrayLike, *, support: ArrayLike | None = None,
+                color: str = PALETTE["blue"], label: str = "") -> None:
     """One sequence's tokens in R^2 and its Att-SVM geometry, for w = W^mm z_i.
 
-    Draws the tokens (the selected one as a star, support tokens ringed), the direction of w, and the
-    lines {x : (x_alpha - x)^T w = c} for c = 0 (through the selected token), 1/2 (the max-margin
+    Draws the tokens (the selected one, index ``alpha``, as a star; support tokens ringed), the direction of
+    w, and the lines {x : (x_alpha - x)^T w = c} for c = 0 (through the selected token), 1/2 (the max-margin
     separating line, solid) and 1 (through the support tokens).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> fig, ax = plt.subplots()
+    >>> plots.svm_picture(ax, [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], 0, [1.0, -0.5], support=[False, True, False])
+    >>> len(ax.lines), len(ax.collections)  # three lines; tokens, selected token, support tokens
+    (3, 3)
+    >>> plt.close(fig)
     """
     tokens, w = np.asarray(tokens, dtype=float), np.asarray(w, dtype=float)
     if tokens.ndim != 2 or tokens.shape[1] != 2 or w.shape != (2,):
@@ -134,23 +202,64 @@ def svm_picture(ax, tokens, alpha: int, w, *, support=None, color=PALETTE["blue"
     ax.set_aspect("equal")
 
 
-def line(ax, point, normal, *, reach: float = 100.0, color=PALETTE["black"], linestyle="-", label=None) -> None:
-    """The line through `point` orthogonal to `normal` (a separating hyperplane in R^2)."""
+def line(ax: Axes, point: ArrayLike, normal: ArrayLike, *, reach: float = 100.0, color: str = PALETTE["black"],
+         linestyle: str = "-", label: str | None = None) -> None:
+    """The line through ``point`` orthogonal to ``normal`` (a separating hyperplane in R^2), drawn ``reach``
+    either side of the point.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> fig, ax = plt.subplots()
+    >>> plots.line(ax, [1.0, 0.0], [1.0, 1.0], reach=2.0)
+    >>> ax.lines[0].get_xydata().round(4).tolist()
+    [[2.4142, -1.4142], [-0.4142, 1.4142]]
+    >>> plt.close(fig)
+    """
     point, normal = np.asarray(point, dtype=float), np.asarray(normal, dtype=float)
     along = np.array([-normal[1], normal[0]]) / np.linalg.norm(normal)
     ends = point + np.outer([-reach, reach], along)
     ax.plot(*ends.T, color=color, linestyle=linestyle, linewidth=1.2, alpha=0.8, label=label)
 
 
-def ray(ax, direction, *, length: float = 100.0, color=PALETTE["black"], linestyle="--", label=None) -> None:
-    """The ray from the origin along `direction` (an SVM direction, e.g. W^mm z_i, in R^2)."""
+def ray(ax: Axes, direction: ArrayLike, *, length: float = 100.0, color: str = PALETTE["black"],
+        linestyle: str = "--", label: str | None = None) -> None:
+    """The ray from the origin along ``direction`` (an SVM direction, e.g. W^mm z_i, in R^2), ``length`` long.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> fig, ax = plt.subplots()
+    >>> plots.ray(ax, [3.0, 4.0], length=5.0)
+    >>> ax.lines[0].get_xydata().tolist()
+    [[0.0, 0.0], [3.0, 4.0]]
+    >>> plt.close(fig)
+    """
     direction = np.asarray(direction, dtype=float)
     end = length * direction / np.linalg.norm(direction)
     ax.plot([0, end[0]], [0, end[1]], color=color, linestyle=linestyle, linewidth=1.5, label=label)
 
 
-def path(ax, points, *, arrow_every: int = 0, color=PALETTE["blue"], linestyle="-", label=None) -> None:
-    """A trajectory of points (K, 2) in R^2 (e.g. W(k) z_i or p(k)), with an arrowhead every `arrow_every` points."""
+def path(ax: Axes, points: ArrayLike, *, arrow_every: int = 0, color: str = PALETTE["blue"], linestyle: str = "-",
+         label: str | None = None) -> None:
+    """A trajectory of points (K, 2) in R^2 (e.g. W(k) z_i or p(k)), with an arrowhead every ``arrow_every``
+    points (none for 0).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> fig, ax = plt.subplots()
+    >>> plots.path(ax, [[0, 0], [1, 0], [1, 1], [2, 1]], arrow_every=2)
+    >>> len(ax.lines), len(ax.texts)  # the trajectory and one arrowhead
+    (1, 1)
+    >>> plt.close(fig)
+    """
     points = np.asarray(points, dtype=float)
     ax.plot(*points.T, color=color, linestyle=linestyle, label=label)
     for k in range(arrow_every, len(points), arrow_every) if arrow_every > 0 else ():
@@ -158,10 +267,23 @@ def path(ax, points, *, arrow_every: int = 0, color=PALETTE["blue"], linestyle="
                     arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.5, mutation_scale=14))
 
 
-def band(ax, x, runs, *, color=None, label=None, spread: str = "std", log: bool = False, linestyle="-") -> None:
-    """The mean over runs (axis 1 of `runs`, shape (len(x), runs)) with a shaded band: +-1 standard deviation
+def band(ax: Axes, x: ArrayLike, runs: ArrayLike, *, color: str | None = None, label: str | None = None,
+         spread: str = "std", log: bool = False, linestyle: str = "-") -> None:
+    """The mean over runs (axis 1 of ``runs``, shape (len(x), runs)) with a shaded band: +-1 standard deviation
     (spread="std"), the standard error ("sem") or the 10th-90th percentiles ("percentile"). With log=True the
-    mean is geometric and the band is taken on log values (for quantities that decay over decades)."""
+    mean is geometric and the band is taken on log values (for quantities that decay over decades).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> fig, ax = plt.subplots()
+    >>> plots.band(ax, [0, 1, 2], [[1.0, 3.0], [2.0, 4.0], [3.0, 5.0]])
+    >>> ax.lines[0].get_ydata().tolist(), len(ax.collections)  # the mean, and the band
+    ([2.0, 3.0, 4.0], 1)
+    >>> plt.close(fig)
+    """
     values = np.log10(np.asarray(runs, dtype=float)) if log else np.asarray(runs, dtype=float)
     centre = values.mean(1)
     if spread == "percentile":

@@ -1,6 +1,6 @@
 """Explorers: a figure drawn in advance for every combination of a few parameter values, embedded in the page as
 frames with one slider per parameter. They move in the static HTML book (no Python kernel, no network) as in
-Jupyter; for values between the frames, call the chapter's `draw(...)` in a running notebook.
+Jupyter; for values between the frames, call the chapter's ``draw(...)`` in a running notebook.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import hashlib
 import html
 import itertools
 import json
+from collections.abc import Callable, Sequence
 from numbers import Real
 
 import matplotlib.pyplot as plt
@@ -65,12 +66,27 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def frames(draw, **controls) -> tuple[list[str], list[list]]:
-    """Draw `draw(**values)` for every combination of the controls' values (the last control varying fastest)
-    and return the frames (base64 PNGs, `plots.png` at FRAME_DPI, so the size rule holds) and the value lists.
+def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> tuple[list[str], list[list]]:
+    """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest)
+    and return the frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds) and the value
+    lists.
 
     Raises ValueError if two frames that differ in one control's value are identical: that control would
-    change no pixel."""
+    change no pixel.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import widgets
+    >>> def draw(slope):
+    ...     fig, ax = plt.subplots(figsize=(3, 2))
+    ...     ax.plot([0, 1], [0, slope])
+    ...     return fig
+    >>> images, values = widgets.frames(draw, slope=[1.0, 2.0])
+    >>> len(images), values
+    (2, [[1.0, 2.0]])
+    """
     if not controls:
         raise ValueError("explorer needs at least one control, e.g. log2_R=[6.0, 5.0, 4.0]")
     names, grids = list(controls), [_values(name, spec) for name, spec in controls.items()]
@@ -99,12 +115,25 @@ def frames(draw, **controls) -> tuple[list[str], list[list]]:
     return [base64.b64encode(data).decode("ascii") for data in images], grids
 
 
-def explorer(draw, **controls) -> None:
-    """Display an explorer of `draw(**values)`, which draws one matplotlib figure (and may return it).
+def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> None:
+    """Display an explorer of ``draw(**values)``, which draws one matplotlib figure (and may return it).
 
     controls: name=[values...], the first value the default (the static figure shown above the explorer).
     Numeric values are put on the slider in ascending order, others in the order given. Every combination is
-    drawn in advance (at most MAX_FRAMES), so keep the lists short."""
+    drawn in advance (at most ``MAX_FRAMES``), so keep the lists short.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import widgets
+    >>> def draw(slope):
+    ...     fig, ax = plt.subplots(figsize=(3, 2))
+    ...     ax.plot([0, 1], [0, slope])
+    ...     return fig
+    >>> widgets.explorer(draw, slope=[1.0, 2.0])  # outside IPython, the page's HTML is printed
+    {'text/html': '<div class="attnsvm-explorer" id="explorer-...', 'text/plain': 'Explorer: 2 precomputed frames ...'}
+    """
     images, grids = frames(draw, **controls)
     names = list(controls)
     orders = [_slider_order(grid) for grid in grids]

@@ -2,31 +2,34 @@
 
 Every candidate run comes from one integer seed (its problem, its head and its initial W), so that any run can
 be reproduced alone. The official filter accepts few candidates at large d (about 2 in 100 at d = 10), so the
-first accepted seeds of each d are found once by `search` (`make e51-seeds` writes `e51_seeds.json`); Chapter 5
-trains exactly those runs and checks that each one passes the filter, and the tests re-run the search on a
-prefix of the seeds.
+first accepted seeds of each d are found once by ``search`` (``make e51-seeds`` writes ``e51_seeds.json``);
+Chapter 5 trains exactly those runs and checks that each one passes the filter, and the tests re-run the search
+on a prefix of the seeds. The search hands its chunks of candidates to joblib, so it runs in this process, in
+worker processes or on a Dask cluster without a change here.
 
 The runs normalize each gradient step as paper A's code does, by ||G||_F + EPS (machine epsilon): once the
 gradient norm falls to about 1e-16, the steps shrink and training all but stops. The figure's numbers depend on
-it (Chapter 5 compares exact normalized steps, eps = 0): `norms`, `moved` and `token_fates` compare the two.
+it (Chapter 5 compares exact normalized steps, eps = 0): ``norms``, ``moved`` and ``token_fates`` compare the two.
 
-Also here: `token_pairs`, the token pairs of one run and the span S_fin of the finite part (Chapter 5's lemma),
-and `lambda_sweep`, the book's own lambda-head experiment (E5.2).
+Also here: ``token_pairs``, the token pairs of one run and the span S_fin of the finite part (Chapter 5's lemma),
+and ``lambda_sweep``, the book's own lambda-head experiment (E5.2).
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
+from numpy.typing import ArrayLike
 
-from .. import data, heads, _session, svm, theory, train
+from .. import data, heads, svm, theory, train
 from .._checks import as_tensor, budget, finite_result, positive_int
+from .._session import _task_numerics
 from ..data import _memory, _nonnegative, _seed, _seeds, _workers
 from ..train._initial import uniform_init
 
@@ -40,36 +43,46 @@ EPS = float(np.finfo(np.float64).eps)  # paper A's code normalizes the gradient 
 MASKED, RELEVANT = 1e-6, 1e-3  # s <= MASKED: masked; s >= RELEVANT: selected; in between: ambiguous
 HEAD_SEEDS, INIT_SEEDS = 1_000_000, 2_000_000  # offsets: the head and the initial W get their own streams
 SEEDS_FILE = Path(__file__).with_name("e51_seeds.json")
-MAX_CANDIDATES = 10**6  # `search` gives up after this many candidates (d = 10 needs about 57 per accepted seed)
+MAX_CANDIDATES = 10**6  # ``search`` gives up after this many candidates (d = 10 needs about 57 per accepted seed)
 MAX_PAIRS = 10**6  # token_pairs refuses more token triples (i, t, tau) than this
 MAX_STEPS = 10**8  # lambda_sweep refuses more gradient steps than this
 
 
 @dataclass(frozen=True)
 class Runs:
-    """Trained candidate runs: seeds (batch,), the batched problem and ReLU head, the trajectory."""
+    """Trained candidate runs (``train_runs``): ``seeds`` (batch,), the batched ``problem`` and ReLU ``head``,
+    the ``trajectory`` (W recorded every 100 steps).
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> runs = relu_head.train_runs(4, [2, 3])
+    >>> runs.seeds.tolist(), runs.problem.batch_shape, tuple(runs.trajectory.W.shape)
+    ([2, 3], (2,), (21, 2, 4, 4))
+    """
 
     seeds: np.ndarray
     problem: data.Problem
     head: heads.ReLU
     trajectory: train.Trajectory
-    svms: dict = field(default_factory=dict, repr=False, compare=False)  # run index -> its SVMs, once solved
+    # run index -> its (general, one-token) SVMs, or None if one is infeasible; filled as they are solved
+    svms: dict[int, tuple | None] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _as_runs(value, name: str = "runs") -> Runs:
-    """`value` if it is a `Runs`, else a TypeError naming it."""
+    """``value`` if it is a ``Runs``, else a TypeError naming it."""
     if not isinstance(value, Runs):
-        raise TypeError(f"{name} must be the Runs of multitoken.train_runs(d, seeds), got {type(value).__name__}")
+        raise TypeError(f"{name} must be the Runs of relu_head.train_runs(d, seeds), got {type(value).__name__}")
     return value
 
 
 def _run_memory(count: int, d: int, name: str) -> None:
-    """Refuse `count` runs in R^d whose trajectories would not fit in memory."""
+    """Refuse ``count`` runs in R^d whose trajectories would not fit in memory."""
     _memory(count * ((STEPS // RECORD_EVERY + 1) * (d * d + 2 * N * T) + 3 * d * d + N * T * d), name)
 
 
 def _draw(d: int, seeds: np.ndarray) -> tuple[data.Problem, heads.ReLU, torch.Tensor]:
-    """The candidate runs of `seeds`, batched: problems, ReLU heads and initial W."""
+    """The candidate runs of ``seeds``, batched: problems, ReLU heads and initial W."""
     problem = data.random_problem(N, T, d, seed=seeds)
     head = heads.ReLU(torch.stack([heads.random_relu(d, seed=HEAD_SEEDS + int(s)).V for s in seeds]))
     W0 = torch.stack([uniform_init((d, d), seed=INIT_SEEDS + int(s)) for s in seeds])
@@ -81,17 +94,36 @@ def _train(seeds: np.ndarray, problem: data.Problem, head: heads.ReLU, W0: torch
     return Runs(seeds, problem, head, trajectory)
 
 
-def train_runs(d: int, seeds, *, eps: float = EPS) -> Runs:
-    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run, each
-    step -lr G / (||G||_F + eps) as in paper A's code; eps = 0 gives exact normalized steps -lr G / ||G||_F."""
+def train_runs(d: int, seeds: ArrayLike, *, eps: float = EPS) -> Runs:
+    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run in R^d
+    (n = 3 sequences of T = 4 tokens, a random ReLU head), each step -lr G / (||G||_F + eps) as in paper A's
+    code; eps = 0 gives exact normalized steps -lr G / ||G||_F. A run is the same alone and in a batch.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> runs = relu_head.train_runs(4, relu_head.stored_seeds(4)[:2])
+    >>> tuple(runs.trajectory.probs.shape)  # (records, runs, n, T)
+    (21, 2, 3, 4)
+    >>> relu_head.passes_filter(runs).tolist()
+    [True, True]
+    """
     d, eps = positive_int(d, "d"), _nonnegative(eps, "eps")
     seeds = np.asarray(_seeds(seeds, "seeds"), dtype=np.int64)
     _run_memory(len(seeds), d, "seeds (their number) and d")
     return _train(seeds, *_draw(d, seeds), eps=eps)
 
 
-def select(runs: Runs, keep) -> Runs:
-    """The runs where `keep` (bool (batch,), e.g. `passes_filter(runs)`) is true."""
+def select(runs: Runs, keep: ArrayLike) -> Runs:
+    """The runs where ``keep`` (bool (batch,), e.g. ``passes_filter(runs)``) is true.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> runs = relu_head.train_runs(4, [1, 2, 3])
+    >>> relu_head.select(runs, relu_head.passes_filter(runs)).seeds.tolist()
+    [2, 3]
+    """
     runs = _as_runs(runs)
     try:
         keep = torch.as_tensor(keep.detach().cpu().numpy() if torch.is_tensor(keep) else np.asarray(keep))
@@ -119,7 +151,14 @@ def _solutions(runs: Runs, b: int):
 
 def passes_filter(runs: Runs) -> np.ndarray:
     """The official filter, bool (batch,): labels not all +1, no final probability in (1e-6, 1e-3], at least
-    one <= 1e-6 (a token masked), and every SVM (general and one-token) feasible."""
+    one <= 1e-6 (a token masked), and every SVM (general and one-token) feasible.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> relu_head.passes_filter(relu_head.train_runs(4, [1, 2, 3])).tolist()
+    [False, True, True]
+    """
     s = _as_runs(runs).trajectory.probs[-1].flatten(1)
     ok = ~(runs.problem.Y == 1).all(-1) & ~((s > MASKED) & (s <= RELEVANT)).any(-1) & (s <= MASKED).any(-1)
     ok = ok.numpy()
@@ -130,63 +169,72 @@ def passes_filter(runs: Runs) -> np.ndarray:
 
 def largest_masked(runs: Runs) -> np.ndarray:
     """Each run's largest final probability below the selection threshold 1e-3, (batch,): how completely the
-    masked tokens are suppressed."""
+    masked tokens are suppressed.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> largest = relu_head.largest_masked(relu_head.train_runs(4, relu_head.stored_seeds(4)[:2]))
+    >>> largest.shape, bool((largest <= 1e-6).all())  # accepted runs mask their tokens below 1e-6
+    ((2,), True)
+    """
     s = _as_runs(runs).trajectory.probs[-1].flatten(1)
     return s.masked_fill(s > RELEVANT, 0).amax(-1).numpy()
 
 
 def _accepted(d: int, first: int, chunk: int) -> list[int]:
-    """The accepted seeds among first, ..., first + chunk - 1. As in paper A's loop, a candidate whose labels
-    are all +1 is skipped before training (the filter would reject it)."""
-    seeds = np.arange(first, first + chunk)
-    problem, head, W0 = _draw(d, seeds)
-    mixed = ~(problem.Y == 1).all(-1)
-    if not mixed.any():
-        return []
-    problem = data.Problem(*(getattr(problem, name)[mixed] for name in "XYZv"))
-    runs = _train(seeds[mixed.numpy()], problem, heads.ReLU(head.V[mixed]), W0[mixed])
-    return [int(s) for s in runs.seeds[passes_filter(runs)]]
+    """One task of ``search``: the accepted seeds among first, ..., first + chunk - 1, under ``setup()``'s
+    numerics in whatever process runs it. As in paper A's loop, a candidate whose labels are all +1 is skipped
+    before training (the filter would reject it)."""
+    with _task_numerics():
+        seeds = np.arange(first, first + chunk)
+        problem, head, W0 = _draw(d, seeds)
+        mixed = ~(problem.Y == 1).all(-1)
+        if not mixed.any():
+            return []
+        problem = data.Problem(*(getattr(problem, name)[mixed] for name in "XYZv"))
+        runs = _train(seeds[mixed.numpy()], problem, heads.ReLU(head.V[mixed]), W0[mixed])
+        return [int(s) for s in runs.seeds[passes_filter(runs)]]
 
 
-def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int = 1,
-           pool: ProcessPoolExecutor | None = None, max_candidates: int = MAX_CANDIDATES) -> tuple[list[int], int]:
-    """The first `count` accepted seeds from `start` on, in order, and the number of candidates tried.
+def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int | None = None,
+           max_candidates: int = MAX_CANDIDATES) -> tuple[list[int], int]:
+    """The first ``count`` accepted seeds from ``start`` on, in order, and the number of candidates tried
+    (up to the last accepted seed).
 
-    Candidates are trained in chunks of `chunk` seeds; with workers > 1, in separate processes, which always
-    have the next chunks queued (a run does not depend on the others in its batch, so the answer does not
-    depend on `chunk` or `workers`). pool: processes from `attnsvm.worker_pool(workers)` to use; by default
-    the search starts its own when workers > 1. It gives up with a ValueError after `max_candidates` candidates.
+    Candidates are trained in chunks of ``chunk`` seeds, each chunk a joblib task, taken in order as the workers
+    free up; no chunk is started once the seeds are found. ``workers``: 1 trains the chunks in this process,
+    k > 1 in k worker processes (joblib's default backend, loky, whose processes stay up for the next call, or
+    the backend of an enclosing ``joblib.parallel_config``); None (the default) leaves the choice to joblib:
+    this process, unless the call is inside ``joblib.parallel_config(n_jobs=..., backend=...)`` (a Dask cluster:
+    ``backend="dask"``). A run does not depend on the others in its chunk, and each task sets ``setup()``'s
+    numerics itself, so the answer does not depend on ``chunk``, ``workers`` or the backend. It gives up with a
+    ValueError after ``max_candidates`` candidates.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> seeds, tried = relu_head.search(4, 2, chunk=8)
+    >>> seeds == relu_head.stored_seeds(4)[:2], tried == seeds[-1]
+    (True, True)
     """
     d, count = positive_int(d, "d"), positive_int(count, "count")
-    chunk, workers = positive_int(chunk, "chunk"), _workers(workers)
+    chunk = positive_int(chunk, "chunk")
     start, max_candidates = _seed(start, "start"), positive_int(max_candidates, "max_candidates")
     _run_memory(chunk, d, "chunk and d")
-    if pool is not None and not callable(getattr(pool, "submit", None)):
-        raise TypeError(f"pool must be None or an executor with a submit method (attnsvm.worker_pool(workers)), got "
-                        f"{type(pool).__name__}")
     end = start + max_candidates
-    own = pool is None and workers > 1
-    pool = _session.worker_pool(workers) if own else pool
-    accepted, first, queued = [], start, deque()
-    try:
-        while len(accepted) < count:
-            if pool is None:
-                if first >= end:
-                    break
-                accepted += _accepted(d, first, min(chunk, end - first))
-                first += chunk
-                continue
-            while len(queued) < 2 * workers and first < end:  # chunks are taken in order, as the workers free up
-                queued.append(pool.submit(_accepted, d, first, min(chunk, end - first)))
-                first += chunk
-            if not queued:
-                break
-            accepted += queued.popleft().result()
-    finally:
-        for future in queued:  # beyond the count: those not yet started are dropped
-            future.cancel()
-        if own:
-            pool.shutdown()
+    n_jobs = None if workers is None else min(_workers(workers), -(-max_candidates // chunk))
+    accepted: list[int] = []
+
+    def chunks() -> Iterator:  # joblib takes the next chunk when a worker frees up: none once the seeds are found
+        for first in range(start, end, chunk):
+            if len(accepted) >= count:
+                return
+            yield delayed(_accepted)(d, first, min(chunk, end - first))
+
+    for seeds in Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs", batch_size=1)(chunks()):
+        if len(accepted) < count:  # chunks started before the count was reached finish, and are not needed
+            accepted += seeds
     if len(accepted) < count:
         raise ValueError(f"search found {len(accepted)} of count={count} accepted seeds among max_candidates="
                          f"{max_candidates} candidates from start={start}: raise max_candidates or lower count")
@@ -195,7 +243,16 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
 
 
 def stored_seeds(d: int) -> list[int]:
-    """The accepted seeds of dimension d found by `search` and stored in e51_seeds.json."""
+    """The accepted seeds of dimension d (4, 6, 8 or 10) found by ``search`` and stored in e51_seeds.json
+    (``make e51-seeds``), 500 of each.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> seeds = relu_head.stored_seeds(4)
+    >>> len(seeds), seeds[:3]
+    (500, [2, 3, 8])
+    """
     d = positive_int(d, "d")
     stored = json.loads(SEEDS_FILE.read_text())
     if str(d) not in stored["seeds"]:
@@ -206,7 +263,18 @@ def stored_seeds(d: int) -> list[int]:
 
 def errors(runs: Runs) -> dict[str, np.ndarray]:
     """1 - corr(W(k), .) for the three predicted directions, each (records, batch): "SVMeq" (W_fin + C W_mm, C
-    fitted to W(2000)), "W_mm" (the directional part alone) and "1token" (the Att-SVM of argmax_t s_it)."""
+    fitted to W(2000)), "W_mm" (the directional part alone) and "1token" (the Att-SVM of argmax_t s_it).
+    Every run must pass the filter (``passes_filter``), else ``svm.InfeasibleSVM``.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> errors = relu_head.errors(relu_head.train_runs(4, relu_head.stored_seeds(4)[:2]))
+    >>> sorted(errors), errors["SVMeq"].shape
+    (['1token', 'SVMeq', 'W_mm'], (21, 2))
+    >>> bool((errors["SVMeq"][-1] < errors["SVMeq"][0]).all())  # W(k) turns towards the SVM equivalence
+    True
+    """
     W = _as_runs(runs).trajectory.W
     targets = {"SVMeq": [], "W_mm": [], "1token": []}
     for b in range(len(runs.seeds)):
@@ -222,12 +290,28 @@ def errors(runs: Runs) -> dict[str, np.ndarray]:
 
 
 def norms(runs: Runs) -> torch.Tensor:
-    """||W(k)||_F of every run at every recorded step, (records, batch)."""
+    """||W(k)||_F of every run at every recorded step, (records, batch).
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> norms = relu_head.norms(relu_head.train_runs(4, [2, 3]))
+    >>> tuple(norms.shape), bool((norms[-1] > norms[0]).all())  # ||W|| grows: W turns into a direction
+    ((21, 2), True)
+    """
     return _as_runs(runs).trajectory.W.norm(dim=(-2, -1))
 
 
 def moved(runs: Runs, back: int = 1) -> torch.Tensor:
-    """How far W moved over the last `back` records, ||W(K) - W(K - back * 100)||_F per run, (batch,)."""
+    """How far W moved over the last ``back`` records, ||W(K) - W(K - back * 100)||_F per run, (batch,).
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> runs = relu_head.train_runs(4, [2, 3])
+    >>> tuple(relu_head.moved(runs).shape), tuple(relu_head.moved(runs, back=5).shape)
+    ((2,), (2,))
+    """
     W = _as_runs(runs).trajectory.W
     back = positive_int(back, "back")
     if back >= len(W):
@@ -238,15 +322,41 @@ def moved(runs: Runs, back: int = 1) -> torch.Tensor:
 @dataclass(frozen=True)
 class TokenPairs:
     """The token pairs (i, t, tau) of one run with its selected sets O_i, and their matrices
-    A[i, t, tau] = (x_it - x_itau) z_i^T, so that (x_it - x_itau)^T W z_i = <A, W>_F (Chapter 5's lemma)."""
+    A[i, t, tau] = (x_it - x_itau) z_i^T, so that (x_it - x_itau)^T W z_i = <A, W>_F (Chapter 5's lemma):
+    ``inside`` (t != tau, both in O_i), ``apart`` (t in O_i, tau not), ``A`` and ``basis``, orthonormal rows
+    spanning S_fin (``token_pairs``).
 
-    inside: list  # t != tau, both in O_i: the equations of the finite part
-    apart: list  # t in O_i, tau not: the margins of the directional part
-    A: dict
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data
+    >>> from attnsvm.experiments import relu_head
+    >>> problem = data.random_problem(2, 3, 3, seed=0)
+    >>> relevant = torch.tensor([[True, True, False], [True, False, False]])
+    >>> pairs = relu_head.token_pairs(problem.X, problem.Z, relevant)
+    >>> pairs.inside, len(pairs.apart), pairs.basis.shape
+    ([(0, 0, 1), (0, 1, 0)], 4, (1, 9))
+    """
+
+    inside: list[tuple[int, int, int]]  # t != tau, both in O_i: the equations of the finite part
+    apart: list[tuple[int, int, int]]  # t in O_i, tau not: the margins of the directional part
+    A: dict[tuple[int, int, int], np.ndarray]
     basis: np.ndarray  # orthonormal rows (dim S_fin, d * d) spanning S_fin = span{A[pair] : pair inside}
 
-    def project(self, W) -> np.ndarray:
-        """Pi W: the orthogonal projection of W (d, d) onto S_fin (Frobenius inner product)."""
+    def project(self, W: ArrayLike) -> np.ndarray:
+        """Pi W: the orthogonal projection of W (d, d) onto S_fin (Frobenius inner product).
+
+        Examples
+        --------
+        >>> import numpy as np, torch
+        >>> from attnsvm import data
+        >>> from attnsvm.experiments import relu_head
+        >>> problem = data.random_problem(2, 3, 3, seed=0)
+        >>> pairs = relu_head.token_pairs(problem.X, problem.Z, torch.ones(2, 3, dtype=torch.bool))
+        >>> W = np.eye(3)
+        >>> bool(np.allclose(pairs.project(pairs.project(W)), pairs.project(W)))  # a projection
+        True
+        """
         W = as_tensor(W, "W").detach().numpy()
         d = round(self.basis.shape[1] ** 0.5)
         if W.shape != (d, d):
@@ -255,9 +365,20 @@ class TokenPairs:
                              "W is too large for float64: scale it down")
 
 
-def token_pairs(X, Z, relevant) -> TokenPairs:
-    """The `TokenPairs` of tokens X (n, T, d), queries Z (n, d) and selected sets `relevant` (bool (n, T), e.g.
-    `svm.general_svm(...).relevant`)."""
+def token_pairs(X: ArrayLike, Z: ArrayLike, relevant: ArrayLike) -> TokenPairs:
+    """The ``TokenPairs`` of tokens X (n, T, d), queries Z (n, d) and selected sets ``relevant`` (bool (n, T), e.g.
+    ``svm.general_svm(...).relevant``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data
+    >>> from attnsvm.experiments import relu_head
+    >>> problem = data.random_problem(2, 3, 3, seed=0)
+    >>> pairs = relu_head.token_pairs(problem.X, problem.Z, torch.ones(2, 3, dtype=torch.bool))
+    >>> len(pairs.inside), len(pairs.apart), pairs.basis.shape  # every token selected: S_fin has dimension 4
+    (12, 0, (4, 9))
+    """
     X, Z = as_tensor(X, "X").detach().numpy(), as_tensor(Z, "Z").detach().numpy()
     try:
         O = relevant.detach().cpu().numpy() if torch.is_tensor(relevant) else np.asarray(relevant)
@@ -287,8 +408,18 @@ def token_pairs(X, Z, relevant) -> TokenPairs:
 
 @dataclass(frozen=True)
 class TokenFates:
-    """What exact normalized steps do to the tokens of the same runs trained with paper A's step: `leaving` and
-    `falling` (batch, n, T) bool, `revived` and `in_transit` (batch,) bool, `kept_weight` 1-D."""
+    """What exact normalized steps do to the tokens of the same runs trained with paper A's step
+    (``token_fates``): ``leaving`` and ``falling`` (batch, n, T) bool, ``revived`` and ``in_transit`` (batch,)
+    bool, ``kept_weight`` 1-D.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> seeds = relu_head.stored_seeds(4)[:2]
+    >>> fates = relu_head.token_fates(relu_head.train_runs(4, seeds), relu_head.train_runs(4, seeds, eps=0))
+    >>> tuple(fates.leaving.shape), fates.left.tolist()
+    ((2, 3, 4), [False, True])
+    """
 
     leaving: torch.Tensor  # kept by paper A's step at step 2000 (s >= 1e-3), below 1e-3 with exact steps
     falling: torch.Tensor  # leaving, and the exact run's probability fell at each of its last ten records
@@ -298,13 +429,30 @@ class TokenFates:
 
     @property
     def left(self) -> np.ndarray:
-        """Runs, (batch,), in which some token kept by paper A's step is leaving O_i."""
+        """Runs, (batch,), in which some token kept by paper A's step is leaving O_i.
+
+        Examples
+        --------
+        >>> from attnsvm.experiments import relu_head
+        >>> seeds = relu_head.stored_seeds(4)[:2]
+        >>> relu_head.token_fates(relu_head.train_runs(4, seeds), relu_head.train_runs(4, seeds, eps=0)).left
+        array([False,  True])
+        """
         return self.leaving.flatten(1).any(1).numpy()
 
 
 def token_fates(paper: Runs, exact: Runs) -> TokenFates:
-    """Follow each token (i, t) through the records of the same runs trained with paper A's step (`paper`) and
-    with exact normalized steps (`exact`, e.g. `train_runs(d, seeds, eps=0)`)."""
+    """Follow each token (i, t) through the records of the same runs trained with paper A's step (``paper``) and
+    with exact normalized steps (``exact``, e.g. ``train_runs(d, seeds, eps=0)``).
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> seeds = relu_head.stored_seeds(4)[:2]
+    >>> fates = relu_head.token_fates(relu_head.train_runs(4, seeds), relu_head.train_runs(4, seeds, eps=0))
+    >>> int(fates.leaving.sum()), fates.revived.tolist(), fates.kept_weight.shape
+    (1, [False, False], torch.Size([1]))
+    """
     paper, exact = _as_runs(paper, "paper"), _as_runs(exact, "exact")
     if not np.array_equal(paper.seeds, exact.seeds) or paper.trajectory.probs.shape != exact.trajectory.probs.shape:
         raise ValueError("paper and exact must be the same runs (the same seeds, in the same order, the same "
@@ -321,7 +469,16 @@ def token_fates(paper: Runs, exact: Runs) -> TokenFates:
 @dataclass(frozen=True)
 class LambdaRuns:
     """E5.2: gradient descent's final attention with the lambda-head on single sequences of orthonormal tokens,
-    against the water-filling optimum; each (batch, 1, T) except theta (batch, 1)."""
+    against the water-filling optimum (``lambda_sweep``): ``s``, ``optimum``, ``u``, each (batch, 1, T), and
+    ``theta`` (batch, 1).
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> runs = relu_head.lambda_sweep([0.5], batch=4, steps=100)[0.5]
+    >>> tuple(runs.s.shape), tuple(runs.theta.shape)
+    ((4, 1, 6), (4, 1))
+    """
 
     s: torch.Tensor  # GD's attention at step 2000
     optimum: torch.Tensor  # heads.lambda_optimum of the token values
@@ -330,19 +487,45 @@ class LambdaRuns:
 
     @property
     def selected(self) -> torch.Tensor:
-        """The tokens gradient descent keeps, s >= 1e-3 (the selection threshold of E5.1)."""
+        """The tokens gradient descent keeps, s >= 1e-3 (the selection threshold of E5.1).
+
+        Examples
+        --------
+        >>> from attnsvm.experiments import relu_head
+        >>> runs = relu_head.lambda_sweep([0.5], batch=4, steps=500)[0.5]
+        >>> runs.selected.sum(-1).flatten().tolist(), runs.predicted.sum(-1).flatten().tolist()  # still on its way
+        ([3, 4, 2, 3], [2, 3, 2, 3])
+        """
         return self.s >= RELEVANT
 
     @property
     def predicted(self) -> torch.Tensor:
-        """The tokens the optimum keeps, s* > 0."""
+        """The tokens the optimum keeps, s* > 0.
+
+        Examples
+        --------
+        >>> from attnsvm.experiments import relu_head
+        >>> runs = relu_head.lambda_sweep([0.0], batch=4, steps=100)[0.0]
+        >>> runs.predicted.sum(-1).flatten().tolist()  # lam = 0: the largest token value alone
+        [1, 1, 1, 1]
+        """
         return self.optimum > 0
 
 
-def lambda_sweep(lams, *, batch: int = 200, seed: int = 0, T: int = 6, steps: int = 2000) -> dict:
-    """{lam: LambdaRuns} for each lam >= 0 of `lams`: normalized GD (lr 0.1, logistic loss, `steps` steps) with
-    the head v^T a - lam ||a||^2 (lam = 0: the linear head) on the same `batch` sequences of T orthonormal tokens
-    (`data.orthonormal_problem(T, seed=seed)`), all values of lam trained together in one batch."""
+def lambda_sweep(lams: ArrayLike, *, batch: int = 200, seed: int = 0, T: int = 6,
+                 steps: int = 2000) -> dict[float, LambdaRuns]:
+    """{lam: LambdaRuns} for each lam >= 0 of ``lams``: normalized GD (lr 0.1, logistic loss, ``steps`` steps)
+    with the head v^T a - lam ||a||^2 (lam = 0: the linear head) on the same ``batch`` sequences of T
+    orthonormal tokens (``data.orthonormal_problem(T, seed=seed)``), all values of lam trained together in one
+    batch.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import relu_head
+    >>> sweep = relu_head.lambda_sweep([0.0, 0.5], batch=4, steps=100)
+    >>> list(sweep), tuple(sweep[0.5].s.shape)
+    ([0.0, 0.5], (4, 1, 6))
+    """
     items = lams.tolist() if isinstance(lams, (np.ndarray, torch.Tensor)) else lams
     if not isinstance(items, (list, tuple, range)):
         raise ValueError(f"lams must be a non-empty list of distinct numbers >= 0, got {lams!r}")

@@ -1,24 +1,26 @@
 """Paper A's rank experiment (E2.2): the singular values of both Att-SVM solutions on random feasible problems.
 
-Each grid point (n, T, d) draws random problems in chunks of `chunk` (`theory.sample_feasible`; chunk j has seed
-1000 n + 100 T + d + 10**6 j, so chunk 0 is the batch that earlier versions drew alone), keeps the first `count`
-whose Att-SVM is feasible for the optimal tokens, and stops after `max_draws` draws if it has not found them.
-It solves the Frobenius and the nuclear-norm Att-SVM of each. The points do not depend on each other, so `grid`
-can spread them over worker processes; the answer does not depend on how many.
+Each grid point (n, T, d) draws random problems in chunks of ``chunk`` (``theory.sample_feasible``; chunk j has
+seed 1000 n + 100 T + d + 10**6 j, so chunk 0 is the batch that earlier versions drew alone), keeps the first
+``count`` whose Att-SVM is feasible for the optimal tokens, and stops after ``max_draws`` draws if it has not found
+them. It solves the Frobenius and the nuclear-norm Att-SVM of each. The points do not depend on each other, so
+``grid`` hands them to joblib as separate tasks (worker processes, or a Dask cluster under
+``joblib.parallel_config``); the answer does not depend on where they run.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
 
-from .. import svm, theory
+from .. import data, svm, theory
 from .._checks import budget, finite_result, positive_int
+from .._session import _task_numerics
 from ..data import _memory, _sizes, _workers
-from .._session import worker_pool
 
 __all__ = ["Spectra", "feasible_problems", "grid", "spectra", "CHUNK_SEED_STRIDE"]
 
@@ -26,15 +28,24 @@ CHUNK_SEED_STRIDE = 10**6  # chunk j of a point has seed base + j * CHUNK_SEED_S
 
 
 class Spectra(NamedTuple):
-    """values: singular values (2, found, d) of W_mm (Frobenius) and W_mm_star (nuclear), largest first;
-    draws: how many random problems were drawn to find them."""
+    """The result at one grid point: ``values``, the singular values (2, found, d) of W_mm (Frobenius) and
+    W_mm_star (nuclear) of each feasible problem found, largest first; ``draws``, how many random problems were
+    drawn to find them.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import svm_rank
+    >>> result = svm_rank.spectra(3, 4, 5, count=2)
+    >>> result.values.shape, type(result.draws)
+    ((2, 2, 5), <class 'int'>)
+    """
 
     values: np.ndarray
     draws: int
 
 
 def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
-    """The arguments of `feasible_problems`, checked (sizes, budgets), as ints."""
+    """The arguments of ``feasible_problems``, checked (sizes, budgets), as ints."""
     n, T, d = _sizes(n, T, d)
     count, max_draws, chunk = (positive_int(value, name) for value, name in
                                ((count, "count"), (max_draws, "max_draws"), (chunk, "chunk")))
@@ -44,10 +55,22 @@ def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
     return n, T, d, count, max_draws, chunk
 
 
-def feasible_problems(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000):
-    """The first `count` problems at (n, T, d) whose Att-SVM is feasible for the optimal tokens, drawn in chunks
-    (see the module docstring), and at most `max_draws` draws. Returns (problems, alpha, draws) as
-    `theory.sample_feasible` does; fewer than `count` problems when `max_draws` runs out first."""
+def feasible_problems(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000,
+                      chunk: int = 2000) -> tuple[data.Problem, torch.Tensor, int]:
+    """The first ``count`` problems at (n, T, d) whose Att-SVM is feasible for the optimal tokens, drawn in chunks
+    (see the module docstring), and at most ``max_draws`` draws.
+
+    Returns (problems, alpha, draws) as ``theory.sample_feasible`` does: the batch of feasible problems, their
+    optimal tokens (found, n) and the number of problems drawn; fewer than ``count`` problems when
+    ``max_draws`` runs out first.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import svm_rank
+    >>> problems, alpha, draws = svm_rank.feasible_problems(3, 4, 5, count=2)
+    >>> problems.batch_shape, tuple(alpha.shape), draws >= 2
+    ((2,), (2, 3), True)
+    """
     n, T, d, count, max_draws, chunk = _arguments(n, T, d, count, max_draws, chunk)
     base, parts, found, draws, j = 1000 * n + 100 * T + d, [], 0, 0, 0
     while found < count and draws < max_draws:
@@ -64,7 +87,17 @@ def feasible_problems(n: int, T: int, d: int, *, count: int = 100, max_draws: in
 
 
 def spectra(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000) -> Spectra:
-    """The singular values of both Att-SVM solutions on the feasible problems found at (n, T, d)."""
+    """The singular values of both Att-SVM solutions on the feasible problems found at (n, T, d)
+    (``feasible_problems``), and the number of problems drawn.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import svm_rank
+    >>> result = svm_rank.spectra(3, 4, 5, count=2)
+    >>> ranks = (result.values > 1e-7).sum(-1)  # the rank of each solution, tolerance 1e-7
+    >>> ranks.shape, bool((ranks[0] <= 3).all())  # the Frobenius solution has rank at most min(n, d)
+    ((2, 2), True)
+    """
     problems, alpha, draws = feasible_problems(n, T, d, count=count, max_draws=max_draws, chunk=chunk)
     if len(alpha) == 0:
         return Spectra(np.zeros((2, 0, d)), draws)
@@ -74,10 +107,30 @@ def spectra(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, 
     return Spectra(values, draws)
 
 
-def grid(points, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
-         workers: int = 1) -> dict[tuple, Spectra]:
-    """`spectra` at every (n, T, d) of `points`, computed by `workers` processes (one: in this process); each
-    point is a separate task, so two slow points can run at the same time."""
+def _point_spectra(point: tuple[int, int, int], count: int, max_draws: int, chunk: int) -> Spectra:
+    """One task of ``grid``: ``spectra`` at ``point`` under ``setup()``'s numerics, in whatever process runs it."""
+    with _task_numerics():
+        return spectra(*point, count=count, max_draws=max_draws, chunk=chunk)
+
+
+def grid(points: Iterable[tuple[int, int, int]], *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
+         workers: int | None = None) -> dict[tuple[int, int, int], Spectra]:
+    """``spectra`` at every (n, T, d) of ``points``, in their order: {point: Spectra}.
+
+    Each point is a separate joblib task (so two slow points can run at the same time; list the slow ones
+    first). ``workers``: 1 computes the points in this process, k > 1 in k worker processes (joblib's default
+    backend, loky, or the backend of an enclosing ``joblib.parallel_config``); None (the default) leaves the
+    choice to joblib: this process, unless the call is inside ``joblib.parallel_config(n_jobs=..., backend=...)``,
+    e.g. ``backend="dask"`` to run the points on a Dask cluster. Each task sets ``setup()``'s numerics itself,
+    so the answer is the same bit for bit wherever the points run.
+
+    Examples
+    --------
+    >>> from attnsvm.experiments import svm_rank
+    >>> results = svm_rank.grid([(3, 4, 5), (3, 4, 6)], count=2)
+    >>> [(point, result.values.shape) for point, result in results.items()]
+    [((3, 4, 5), (2, 2, 5)), ((3, 4, 6), (2, 2, 6))]
+    """
     try:
         points = [tuple(point) for point in points] if not isinstance(points, (str, bytes)) else []
     except TypeError:
@@ -90,9 +143,6 @@ def grid(points, *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
         except ValueError as err:
             raise ValueError(f"points[{k}]={point}: {err}") from None
         _arguments(*point, count, max_draws, chunk)
-    workers = _workers(workers)
-    point_spectra = partial(spectra, count=count, max_draws=max_draws, chunk=chunk)
-    if workers == 1:
-        return {point: point_spectra(*point) for point in points}
-    with worker_pool(min(workers, len(points))) as pool:
-        return dict(zip(points, pool.map(point_spectra, *zip(*points))))
+    n_jobs = None if workers is None else min(_workers(workers), len(points))
+    tasks = (delayed(_point_spectra)(point, count, max_draws, chunk) for point in points)
+    return dict(zip(points, Parallel(n_jobs=n_jobs, batch_size=1)(tasks)))

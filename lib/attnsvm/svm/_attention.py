@@ -19,15 +19,19 @@ rescaling (see `_unit_scale`); a solution that float64 cannot hold raises Floati
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import nnls
 
 import torch
 
 from . import _nuclear_svm as nuclear
 from .._checks import as_index, as_tensor, boolean, budget, choice, finite_result, positive_float, require_shape
+from ..data import Problem
+from ._inputs import _unpack
 from ._nuclear_svm import MARGIN_TOL, _exponent, _unscale  # MARGIN_TOL: relative slack allowed on a solution's margins
 
 __all__ = ["GeneralSVM", "InfeasibleSVM", "SolverError", "att_svm", "constraint_matrix", "feasible", "general_svm",
@@ -37,18 +41,45 @@ SOLVERS = {"fro": ("nnls", "clarabel"), "nuc": ("ipm", "clarabel", "scs")}  # th
 MAX_NORM = 1e6  # a feasible Att-SVM with a larger solution is reported as (numerically) infeasible
 SCALES = (-6, 6)  # data of scale max|x| max|z| ~ 2^e with e in this range are solved as given (`_unit_scale`)
 MEMORY = 2**31  # bytes: a problem whose constraint matrix would need more is refused before any work
+# Solver tolerances, one place for every SVM solver of the library (here and `_soft_margin`; the acceptance rule
+# `_accepted` uses MARGIN_TOL, and the nuclear IPM keeps its own stopping rule in `_nuclear_svm`):
+CLARABEL_TOL = {"fro": 1e-10, "nuc": 1e-9}  # Clarabel's gap and feasibility tolerances: QPs and SOCPs, the SDP
+CLARABEL_MAX_ITER = 500
+SCS_TOL, SCS_MAX_ITERS = 1e-9, 100_000
+GAP_TOL = {"hard": 1e-6, "soft": 1e-3}  # accepted relative duality gap of a hard or "squared" soft-margin solution
+POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
 
 
 class InfeasibleSVM(ValueError):
-    """No W separates the selected tokens with a positive margin (or only one of norm > MAX_NORM)."""
+    """No W separates the selected tokens with a positive margin (or only one of norm > MAX_NORM); ``instances``
+    lists the infeasible instances of a batch. A ValueError.
 
-    def __init__(self, message: str, instances=()):
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import svm
+    >>> X = np.array([[[1.0, 0.0], [1.0, 0.0]]])  # the two tokens are equal: nothing separates them
+    >>> try:
+    ...     svm.att_svm(X, np.array([[1.0, 0.0]]), [0])
+    ... except svm.InfeasibleSVM as error:
+    ...     print(error.instances)
+    (0,)
+    """
+
+    def __init__(self, message: str, instances: Iterable[int] = ()) -> None:
         super().__init__(message)
         self.instances = tuple(instances)
 
 
 class SolverError(RuntimeError):
-    """The convex solver did not reach an accurate optimum."""
+    """The convex solver did not reach an accurate optimum (a RuntimeError).
+
+    Examples
+    --------
+    >>> from attnsvm import svm
+    >>> issubclass(svm.SolverError, RuntimeError)
+    True
+    """
 
 
 def _numpy(value, name: str) -> np.ndarray:
@@ -116,9 +147,25 @@ def _pairs(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray):
     return (X[rows, alpha][:, None, :] - X)[keep], np.repeat(Z, T - 1, axis=0)
 
 
-def constraint_matrix(X, Z, alpha) -> np.ndarray:
+def constraint_matrix(X: ArrayLike | Problem, Z: ArrayLike | None = None,
+                      alpha: ArrayLike | None = None) -> np.ndarray:
     """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2).
-    One problem: X (n, T, d), Z (n, d), alpha (n,)."""
+    One problem: X (n, T, d), Z (n, d), alpha (n,), or ``constraint_matrix(problem, alpha)`` with an unbatched
+    ``attnsvm.data.Problem``. The Att-SVM asks A vec(W) >= 1 (vec row-major).
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> alpha = theory.optimal_tokens(problem)
+    >>> A = svm.constraint_matrix(problem, alpha)
+    >>> A.shape
+    (4, 4)
+    >>> W = svm.att_svm(problem, alpha)
+    >>> bool((A @ W.reshape(-1) >= 1 - 1e-12).all())
+    True
+    """
+    X, Z, alpha = _unpack("constraint_matrix", X, Z, alpha, field="Z", middle_name="Z", last_name="alpha")
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
     if batch:
         raise ValueError(f"constraint_matrix takes one problem: X of shape (n, T, d), got {batch + Xs.shape[1:]}; "
@@ -161,7 +208,27 @@ def _least_distance(A: np.ndarray, h: np.ndarray | None = None):
     lam, w = _polish(A, h, u / rho)
     margins = A @ w
     smallest = (margins[h > 0] / h[h > 0]).min(initial=1.0)  # below 1 by round-off ~1e-11 ||w|| when nearly
-    return (w / smallest, lam / smallest) if smallest < 1 else (w, lam)  # infeasible: scale up
+    divisor = _accepted(smallest, "", strict=False)  # infeasible: scale up
+    return w / divisor, lam / divisor
+
+
+def _accepted(smallest: float, what: str, advice: str = "", *, strict: bool = True) -> float:
+    """The acceptance rule of every SVM solution, from the smallest of its margins (1 is asked): the divisor that
+    scales it to margins >= 1 exactly (1.0 where none is short, dividing by it changes nothing); a shortfall
+    beyond MARGIN_TOL is more than round-off and raises SolverError (`what` has margin ... < 1`advice`), unless
+    not `strict` (a loose solver's options, or NNLS near infeasibility)."""
+    if strict and smallest < 1 - MARGIN_TOL:
+        raise SolverError(f"{what} with margin {smallest:.3g} < 1{advice}")
+    return smallest if smallest < 1 else 1.0
+
+
+def _raise_infeasible(solutions: list, batch: tuple, what: str, why: str) -> None:
+    """The rule for a batch of solutions (None where infeasible): InfeasibleSVM naming the infeasible instances,
+    "`what` is infeasible (for batch instances ...): `why`"."""
+    infeasible = [b for b, solution in enumerate(solutions) if solution is None]
+    if infeasible:
+        where = f" for batch instances {infeasible}" if batch else ""
+        raise InfeasibleSVM(f"{what} is infeasible{where}: {why}", infeasible)
 
 
 def _polish(A: np.ndarray, h: np.ndarray, lam: np.ndarray):
@@ -214,11 +281,12 @@ def _cvx_solver(norm: str, solver: str, k: int, d: int, options: dict):
     objective = 0.5 * cp.sum_squares(W) if norm == "fro" else cp.normNuc(W)
     problem = cp.Problem(cp.Minimize(objective), [margin])
     if solver == "clarabel":
-        tol = 1e-10 if norm == "fro" else 1e-9
-        settings = {"solver": cp.CLARABEL, "warm_start": False, "max_iter": 500, "tol_gap_abs": tol,
+        tol = CLARABEL_TOL[norm]
+        settings = {"solver": cp.CLARABEL, "warm_start": False, "max_iter": CLARABEL_MAX_ITER, "tol_gap_abs": tol,
                     "tol_gap_rel": tol, "tol_feas": tol, **options}
     else:
-        settings = {"solver": cp.SCS, "warm_start": True, "eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 100_000,
+        settings = {"solver": cp.SCS, "warm_start": True, "eps_abs": SCS_TOL, "eps_rel": SCS_TOL,
+                    "max_iters": SCS_MAX_ITERS,
                     **options}
 
     advice = f"try solver={_alternative(norm, solver)!r}" + (f" or other options than {options!r}" if options else "")
@@ -271,23 +339,39 @@ def _solve_ipm(instances, d: int):
     return solutions
 
 
-def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return_multipliers: bool = False,
-            options: dict | None = None):
+def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None, norm: str = "fro",
+            *, solver: str | None = None, return_multipliers: bool = False,
+            options: dict | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
 
-    X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the selected token of each sequence.
-    norm: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained).
-    solver: see `SOLVERS`; default "nnls" for "fro" and "ipm" (the library's interior-point method) for "nuc".
-    return_multipliers: also return the KKT multipliers lambda (..., n, T) (0 at alpha), for which
-    A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
-    options: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
+    ``att_svm(X, Z, alpha)``: X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the selected
+    token of each sequence; or ``att_svm(problem, alpha)`` with an ``attnsvm.data.Problem`` (its X and Z; then pass
+    ``norm`` by keyword). ``norm``: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization,
+    rank unconstrained). ``solver``: see ``SOLVERS``; default "nnls" for "fro" and "ipm" (the library's
+    interior-point method) for "nuc". ``return_multipliers``: also return the KKT multipliers lambda (..., n, T)
+    (0 at alpha), for which A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
+    ``options``: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
     {"eps_abs": 1e-4, "eps_rel": 1e-4} to see what a loose solver returns. No result depends on earlier calls;
-    within a call, SCS warm-starts each instance of a batch from the previous one (see `_cvx_solver`).
+    within a call, SCS warm-starts each instance of a batch from the previous one.
     Every returned W satisfies all margins >= 1 exactly: a solution short by round-off (less than MARGIN_TOL,
-    or anything with `options`) is scaled up; a larger shortfall raises SolverError.
-    Raises InfeasibleSVM (its `.instances` lists the infeasible batch indices) when no W exists, and
+    or anything with ``options``) is scaled up; a larger shortfall raises SolverError.
+    Raises InfeasibleSVM (its ``.instances`` lists the infeasible batch indices) when no W exists, and
     FloatingPointError where float64 cannot hold the solution (data of extreme scale).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, svm, theory
+    >>> problems = data.random_problem(n=2, T=3, d=3, seed=0, batch=4)
+    >>> alpha = theory.optimal_tokens(problems)
+    >>> W = svm.att_svm(problems, alpha)
+    >>> W.shape, bool(np.array_equal(W, svm.att_svm(problems.X, problems.Z, alpha)))
+    ((4, 3, 3), True)
+    >>> W_nuc, lam = svm.att_svm(problems, alpha, norm="nuc", return_multipliers=True)
+    >>> lam.shape, bool((lam >= 0).all())
+    ((4, 2, 3), True)
     """
+    X, Z, alpha = _unpack("att_svm", X, Z, alpha, field="Z", middle_name="Z", last_name="alpha")
     norm = _option(norm, "norm", tuple(SOLVERS))
     solver = SOLVERS[norm][0] if solver is None else _option(solver, "solver", SOLVERS[norm])
     return_multipliers = boolean(return_multipliers, "return_multipliers")
@@ -306,23 +390,18 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
     else:
         solve = _least_distance if solver == "nnls" else _cvx_solver(norm, solver, n * (T - 1), d, settings)
         solutions = [_with_margin(solve, constraint_matrix(*instance)) for instance in instances]
-    infeasible = [b for b, solution in enumerate(solutions) if solution is None]
-    if infeasible:
-        where = f" for batch instances {infeasible}" if batch else ""
-        raise InfeasibleSVM(
-            f"Att-SVM is infeasible{where}: no W separates the selected tokens alpha of X from the others with "
-            f"margin 1 for the queries Z (or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible "
-            f"for every alpha when d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. "
-            f"theory.optimal_tokens).",
-            infeasible)
+    _raise_infeasible(
+        solutions, batch, "Att-SVM",
+        f"no W separates the selected tokens alpha of X from the others with "
+        f"margin 1 for the queries Z (or only one with norm > {MAX_NORM:g}). Increase d (generic data is feasible "
+        f"for every alpha when d >= max(T-1, n) = {max(T - 1, n)}), or select other tokens (e.g. "
+        f"theory.optimal_tokens).")
     Ws, lams = [], []
     what = "the Att-SVM solution for these X, Z"
     for (w, lam, smallest), (_, e), a in zip(solutions, scaled, alphas):
-        if smallest < 1 - MARGIN_TOL and options is None:
-            raise SolverError(f"{solver} returned a {norm} Att-SVM solution with margin {smallest:.3g} < 1; "
-                              f"try solver={_alternative(norm, solver)!r}")
-        if smallest < 1:  # round-off (or a loose solver): scale up to satisfy every margin exactly
-            w = w / smallest
+        # round-off (or a loose solver): scale up to satisfy every margin exactly
+        w = w / _accepted(smallest, f"{solver} returned a {norm} Att-SVM solution",
+                          f"; try solver={_alternative(norm, solver)!r}", strict=options is None)
         Ws.append(_unscale(w.reshape(d, d), e, what))
         if return_multipliers:  # they scale as W for the nuclear norm, as W^2 for the Frobenius norm (W = A^T lam)
             lams.append(_scatter(_unscale(lam, e if norm == "nuc" else 2 * e, "the multipliers for X, Z"), a, T))
@@ -332,8 +411,19 @@ def att_svm(X, Z, alpha, norm: str = "fro", *, solver: str | None = None, return
     return W, np.array(lams).reshape(batch + (n, T))
 
 
-def feasible(X, Z, alpha) -> np.ndarray:
-    """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms): bool array of batch shape."""
+def feasible(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None) -> np.ndarray:
+    """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms): bool array of batch shape.
+    ``feasible(X, Z, alpha)`` with arrays or ``feasible(problem, alpha)`` with an ``attnsvm.data.Problem``.
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm, theory
+    >>> problems = data.random_problem(n=4, T=3, d=2, seed=0, batch=6)
+    >>> flags = svm.feasible(problems, theory.optimal_tokens(problems))
+    >>> flags.shape, flags.dtype
+    ((6,), dtype('bool'))
+    """
+    X, Z, alpha = _unpack("feasible", X, Z, alpha, field="Z", middle_name="Z", last_name="alpha")
     Xs, Zs, alphas, batch = _arrays(X, Z, alpha)
     flags = [_least_distance(_rows(*_pairs(*_unit_scale(Xb, Zb)[0], ab))) is not None
              for Xb, Zb, ab in zip(Xs, Zs, alphas)]
@@ -354,13 +444,28 @@ def _flags(value, name: str, shape: tuple) -> np.ndarray:
     return array
 
 
-def prompt_svm(X, key, alpha, *, relaxed=None) -> np.ndarray:
+def prompt_svm(X: ArrayLike | Problem, key: ArrayLike | None = None, alpha: ArrayLike | None = None, *,
+               relaxed: ArrayLike | None = None) -> np.ndarray:
     """Paper B's SVM for the query p: min ||p|| s.t. (k_{i,alpha_i} - k_it)^T p >= 1 for all i, t != alpha_i,
-    with keys k_it = key^T x_it. X (..., n, T, d), key (d, d), alpha (..., n); returns p (..., d).
+    with keys k_it = key^T x_it. X (..., n, T, d) (or an ``attnsvm.data.Problem``, whose X is used), key (d, d),
+    alpha (..., n); returns p (..., d).
 
-    relaxed: optional boolean (..., n): those sequences only need margin >= 0 (the relaxed p-SVM of joint
+    ``relaxed``: optional boolean (..., n): those sequences only need margin >= 0 (the relaxed p-SVM of joint
     training, where the sequences that are not support vectors of the head's SVM are relaxed).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, svm
+    >>> problem = data.random_problem(n=2, T=3, d=4, seed=0)
+    >>> key = np.eye(4)
+    >>> p = svm.prompt_svm(problem, key, [0, 1])
+    >>> keys = problem.X.numpy() @ key
+    >>> margins = [(keys[i, a] - keys[i, t]) @ p for i, a in enumerate([0, 1]) for t in range(3) if t != a]
+    >>> p.shape, bool(min(margins) >= 1 - 1e-12)
+    ((4,), True)
     """
+    X, key, alpha = _unpack("prompt_svm", X, key, alpha, field=None, middle_name="key", last_name="alpha")
     Xs, _, alphas, batch = _arrays(X, None, alpha, queries=False)
     _, n, T, d = Xs.shape
     key = _numpy(key, "key")
@@ -386,14 +491,35 @@ class GeneralSVM:
     W_fin: the minimum-norm W with (x_it - x_itau)^T W z_i = log(s_it / s_itau) for t, tau in O_i (the finite
     part: it sets the softmax composition inside O_i). W_mm: the minimum-norm W with margin >= 1 from every
     t in O_i to every tau outside O_i and equal logits inside O_i (the directional part: it masks the rest).
+    What ``general_svm`` returns.
+
+    Examples
+    --------
+    >>> from attnsvm import svm
+    >>> [field.name for field in svm.GeneralSVM.__dataclass_fields__.values()]
+    ['relevant', 'W_fin', 'W_mm']
     """
 
     relevant: np.ndarray  # (n, T) bool: O_i
     W_fin: np.ndarray  # (d, d)
     W_mm: np.ndarray  # (d, d)
 
-    def combined(self, W_gd) -> np.ndarray:
-        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F; W_gd (d, d)."""
+    def combined(self, W_gd: ArrayLike) -> np.ndarray:
+        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F; W_gd (d, d), e.g. the last
+        iterate of gradient descent.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import torch
+        >>> from attnsvm import data, model, svm
+        >>> problem = data.random_problem(n=3, T=4, d=4, seed=1)
+        >>> W_gd = 10 * torch.randn(4, 4, dtype=torch.float64)
+        >>> general = svm.general_svm(problem, model.attention(problem, W_gd))
+        >>> W_eq = general.combined(W_gd)
+        >>> W_eq.shape, bool(np.linalg.norm(W_eq - W_gd.numpy()) <= np.linalg.norm(general.W_fin - W_gd.numpy()))
+        ((4, 4), True)
+        """
         W_gd = _numpy(W_gd, "W_gd")
         require_shape(W_gd, "W_gd", self.W_fin.shape, "a d x d matrix, e.g. the last iterate of gradient descent")
         # W_mm scaled by a power of two (exact): its squares cannot overflow, and C W_mm is unchanged to the bit
@@ -404,14 +530,27 @@ class GeneralSVM:
         return finite_result(W, "W_fin + C W_mm for this W_gd", "pass a W_gd of smaller norm")
 
 
-def general_svm(X, Z, probs, *, threshold: float = 1e-3) -> GeneralSVM:
-    """The general SVM of one problem, X (n, T, d), Z (n, d), from attention probabilities `probs` (n, T) (e.g.
-    the final softmax of gradient descent; each row sums to 1): O_i = {t : s_it >= threshold} (paper A's code uses
-    1e-3), threshold in (0, 1].
+def general_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, probs: ArrayLike | None = None, *,
+                threshold: float = 1e-3) -> GeneralSVM:
+    """The general SVM of one problem, X (n, T, d), Z (n, d) (or ``general_svm(problem, probs)`` with an unbatched
+    ``attnsvm.data.Problem``), from attention probabilities ``probs`` (n, T) (e.g. the final softmax of gradient
+    descent; each row sums to 1): O_i = {t : s_it >= threshold} (paper A's code uses 1e-3), ``threshold`` in
+    (0, 1].
 
     Raises InfeasibleSVM if the finite part has no solution (the log-ratios of probs inside O_i are those of no
     W) or the directional part has none (or no token is masked anywhere).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model, svm
+    >>> problem = data.random_problem(n=3, T=4, d=4, seed=1)
+    >>> probs = model.attention(problem, 10 * torch.randn(4, 4, dtype=torch.float64))
+    >>> general = svm.general_svm(problem, probs)
+    >>> general.relevant.shape, general.W_fin.shape, general.W_mm.shape
+    ((3, 4), (4, 4), (4, 4))
     """
+    X, Z, probs = _unpack("general_svm", X, Z, probs, field="Z", middle_name="Z", last_name="probs")
     X, Z, probs = _numpy(X, "X"), _numpy(Z, "Z"), _numpy(probs, "probs")
     if X.ndim != 3 or Z.shape != (X.shape[0], X.shape[2]) or probs.shape != X.shape[:2]:
         raise ValueError(f"general_svm takes one problem: X (n, T, d), Z (n, d), probs (n, T); got {X.shape}, "
@@ -471,12 +610,23 @@ def general_svm(X, Z, probs, *, threshold: float = 1e-3) -> GeneralSVM:
                                   for w in (w_fin, w_mm)))
 
 
-def head_svm(X, Y, alpha) -> tuple[np.ndarray, np.ndarray]:
+def head_svm(X: ArrayLike | Problem, Y: ArrayLike | None = None,
+             alpha: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The hard-margin SVM of the head on the selected tokens: v_mm = argmin ||v|| s.t. Y_i v^T x_{i,alpha_i} >= 1.
 
-    One problem: X (n, T, d), Y (n,) labels +-1, alpha (n,). Returns (v_mm (d,), support (n,) bool: the sequences
-    on the margin, the support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
+    One problem: X (n, T, d), Y (n,) labels +-1, alpha (n,), or ``head_svm(problem, alpha)`` with an unbatched
+    ``attnsvm.data.Problem`` (its X and Y). Returns (v_mm (d,), support (n,) bool: the sequences on the margin, the
+    support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm
+    >>> problem = data.random_problem(n=3, T=2, d=4, seed=0)
+    >>> v, support = svm.head_svm(problem, [0, 1, 0])
+    >>> v.shape, support.dtype, bool(support.any())
+    ((4,), dtype('bool'), True)
     """
+    X, Y, alpha = _unpack("head_svm", X, Y, alpha, field="Y", middle_name="Y", last_name="alpha", min_T=1)
     X, Y = _numpy(X, "X"), _numpy(Y, "Y")
     if X.ndim != 3 or Y.shape != X.shape[:1]:
         raise ValueError(f"head_svm takes one problem: X (n, T, d) and Y (n,), got {X.shape} and {Y.shape}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import as_tensor, budget
 
@@ -225,16 +226,26 @@ def _batch(value, name: str) -> np.ndarray:
     return array
 
 
-def solve(deltas, queries):
+def solve(deltas: ArrayLike, queries: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nuclear-norm Att-SVMs for a batch: deltas, queries (B, K, d) -> (W (B, d, d), y (B, K), converged (B,)),
-    numpy arrays.
+    numpy arrays: min ||W||_* s.t. delta_k^T W z_k >= 1 for every k (``svm.att_svm(..., norm="nuc")`` calls it).
 
-    The problems must be feasible (check with the Frobenius solver first, `svm.feasible`); a zero delta or query
-    (a constraint no W satisfies) raises ValueError. `converged` is False where the tolerance was not reached
+    The problems must be feasible (check with the Frobenius solver first, ``svm.feasible``); a zero delta or query
+    (a constraint no W satisfies) raises ValueError. ``converged`` is False where the tolerance was not reached
     (within the iteration limit, or before round-off stalled the iteration: this happens on nearly infeasible
     problems, whose solutions have huge norms) or where a margin falls short of 1 by more than MARGIN_TOL; there
     W and y are the last iterate, not a solution. FloatingPointError where the iteration diverged (an
     infeasible problem) or float64 cannot hold the solution.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm.svm import _nuclear_svm
+    >>> deltas = np.array([[[1.0, 0.0], [0.0, 1.0]]])  # two constraints: W[0, 0] >= 1 and W[1, 1] >= 1
+    >>> queries = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    >>> W, y, converged = _nuclear_svm.solve(deltas, queries)
+    >>> W.shape, y.shape, bool(converged[0]), round(float(np.linalg.norm(W[0], "nuc")), 6)
+    ((1, 2, 2), (1, 2), True, 2.0)
     """
     deltas, queries = _batch(deltas, "deltas"), _batch(queries, "queries")
     if queries.shape != deltas.shape:

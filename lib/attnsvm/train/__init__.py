@@ -1,8 +1,18 @@
-"""Training: gradient descent on W, (K, Q) or paper B's prompt and head (`gd`, `gd_prompt`, `gd_joint`), the
-exact gradients (`weight_gradient`, `logit_gradient`), initializations and the regularization path. `gd` on W
-runs a compiled loop on the CPU where it can (`supports` says when and why not)."""
+"""Training: gradient descent on W, (K, Q) or paper B's prompt and head (``gd``, ``gd_prompt``, ``gd_joint``), the
+exact gradients (``loss_gradient``, ``weight_gradient``, ``logit_gradient``), initializations and the
+regularization path. ``gd`` on W runs a compiled loop on the CPU where it can (``why_not_compiled`` says where
+not). The loss is named by the argument ``loss`` everywhere (a name of ``model.LOSSES``).
 
-from ._cpu_loop import supports
+Examples
+--------
+>>> from attnsvm import data, train
+>>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+>>> run = train.gd(problem, steps=100, lr=0.5, record_every=100)
+>>> run.steps.tolist(), train.loss_gradient(problem, run.W[-1], loss="logistic").shape
+([0, 100], torch.Size([2, 2]))
+"""
+
+from ._cpu_loop import why_not_compiled
 from ._descent import OFFICIAL_EPS, Trajectory, gd, gd_joint, gd_prompt, lipschitz_W, loss_gradient
 from ._gradients import GRADIENTS, LogitGradient, logit_gradient, weight_gradient
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
@@ -10,4 +20,4 @@ from ._path import MAX_RADIUS, Path, regularization_path
 
 __all__ = ["Trajectory", "Path", "LogitGradient", "gd", "gd_prompt", "gd_joint", "loss_gradient", "lipschitz_W",
            "weight_gradient", "logit_gradient", "regularization_path", "initial_parameters", "initial_vector",
-           "uniform_init", "supports", "OFFICIAL_EPS", "GRADIENTS", "PARAMS", "MAX_RADIUS"]
+           "uniform_init", "why_not_compiled", "OFFICIAL_EPS", "GRADIENTS", "PARAMS", "MAX_RADIUS"]

@@ -25,6 +25,7 @@ import numba
 import numpy as np
 import torch
 from llvmlite import ir
+from numpy.typing import ArrayLike
 from numba.core import cgutils, codegen, config
 
 from .. import heads
@@ -35,7 +36,7 @@ from ._initial import PARAMS
 from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
                     _memory_budget, _option, _token_values, _weights)
 
-__all__ = ["gd", "supports", "LANES", "BLOCK", "LOSS_CODES", "HEADS", "LIBMVEC"]
+__all__ = ["gd", "why_not_compiled", "LANES", "BLOCK", "LOSS_CODES", "HEADS", "LIBMVEC"]
 
 # Reassociation lets sums of products vectorize; no assumption about infinities (running maxima start at -inf).
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
@@ -46,10 +47,19 @@ LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}  # logistic, expon
 HEADS = (type(None), heads.Linear, heads.ReLU)
 
 
-def supports(param: str, head, gradient: str, device) -> str | None:
-    """None if the compiled loop runs this training, else why it does not. param: "W" or "KQ"; head: None or a
-    head of `attnsvm.heads`; gradient: "exact" or "autograd"; device: where the problem is (a torch.device or
-    its name)."""
+def why_not_compiled(param: str, head: heads.Head | None, gradient: str, device: torch.device | str) -> str | None:
+    """None if ``train.gd`` runs this training in its compiled CPU loop, else why it does not (a sentence).
+    ``param``: "W" or "KQ"; ``head``: None or a head of ``attnsvm.heads``; ``gradient``: "exact" or "autograd";
+    ``device``: where the problem is (a torch.device or its name).
+
+    Examples
+    --------
+    >>> from attnsvm import train
+    >>> train.why_not_compiled("W", None, "exact", "cpu") is None
+    True
+    >>> train.why_not_compiled("KQ", None, "exact", "cpu")
+    'it trains W only (param="W")'
+    """
     param, gradient = _option(param, "param", PARAMS), _option(gradient, "gradient", GRADIENTS)
     head = _checked_head(head)
     try:
@@ -387,18 +397,32 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
         _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes)
 
 
-def gd(problem: Problem, W0, head, *, loss: str, lr: float, normalized: bool, eps: float,
-       record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(W, probs, risk) recorded at the increasing steps `record` (the last is the last step), each
-    (records, *batch, ...), of gradient descent on W from W0 ((d, d) or one per problem) as `train.gd` takes it
-    (head: None, or a linear or ReLU head; eps: as `train.gd`'s)."""
+def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, lr: float, normalized: bool,
+       eps: float, record: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(W, probs, risk) recorded at the increasing steps ``record`` (the last is the last step), each
+    (records, *batch, ...), of gradient descent on W from W0 ((d, d) or one per problem) as ``train.gd`` takes it
+    (``head``: None, or a linear or ReLU head; ``loss``, ``lr``, ``normalized``, ``eps``: as ``train.gd``'s).
+    ``train.gd`` calls it wherever it applies; it is here for those who want the loop alone.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data
+    >>> from attnsvm.train import _cpu_loop
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> W0 = torch.zeros(2, 2, dtype=torch.float64)
+    >>> W, probs, risk = _cpu_loop.gd(problem, W0, None, loss="logistic", lr=0.5, normalized=True, eps=0.0,
+    ...                               record=[0, 10])
+    >>> tuple(W.shape), tuple(probs.shape), tuple(risk.shape)
+    ((2, 2, 2), (2, 2, 3), (2,))
+    """
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     W0, head = _weights(problem, W0, "W0"), _checked_head(head, problem)
     if torch.broadcast_shapes(W0.shape[:-2], batch) != batch:
         raise ValueError(f"W0 must have shape ({d}, {d}) or {batch + (d, d)} (one initial W per problem), "
                          f"got {tuple(W0.shape)}")
-    unsupported = supports("W", head, "exact", problem.X.device)
+    unsupported = why_not_compiled("W", head, "exact", problem.X.device)
     if unsupported:
         raise ValueError(f"head={head!r} is not supported: {unsupported}; train it with train.gd(engine='torch')")
     loss, lr, eps = _option(loss, "loss", tuple(LOSSES)), positive_float(lr, "lr"), nonnegative_float(eps, "eps")

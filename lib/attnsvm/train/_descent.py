@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from . import _cpu_loop as compiled
 from . import _gradients as gradients
 from .. import tensor
 from .._checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
 from ..data import Problem
+from ..heads import Head
 from ._gradients import GRADIENTS, _gradient_arguments
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
 from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
@@ -37,7 +39,16 @@ __all__ = ["Trajectory", "Path", "gd", "gd_prompt", "gd_joint", "loss_gradient",
 
 @dataclass(frozen=True)
 class Trajectory:
-    """Iterates of gradient descent recorded at `steps`; arrays have shape (records, *batch, ...)."""
+    """Iterates of gradient descent recorded at ``steps``; arrays have shape (records, *batch, ...).
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> run = train.gd(problem, steps=10, lr=0.5, record_every=5)
+    >>> run.steps.tolist(), tuple(run.W.shape), tuple(run.probs.shape), tuple(run.loss.shape)
+    ([0, 5, 10], (3, 2, 2), (3, 2, 3), (3,))
+    """
 
     steps: np.ndarray
     probs: torch.Tensor  # (records, ..., n, T) softmax probabilities
@@ -49,7 +60,15 @@ class Trajectory:
     v: torch.Tensor | None = None  # (records, ..., d) for gd_joint
 
     def selection(self) -> torch.Tensor:
-        """The token each sequence attends to most at the last recorded step, shape (..., n)."""
+        """The token each sequence attends to most at the last recorded step, shape (..., n).
+
+        Examples
+        --------
+        >>> from attnsvm import data, train
+        >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+        >>> train.gd(problem, steps=50, lr=0.5).selection().shape
+        torch.Size([2])
+        """
         return self.probs[-1].argmax(-1)
 
 
@@ -111,26 +130,69 @@ def _unit(G: torch.Tensor, dims=(-2, -1), log_scale=None, eps: float = 0.0) -> t
     return unit * torch.sigmoid(log_scale[..., None, None] + log_norm - np.log(eps))
 
 
-def loss_gradient(problem: Problem, W, kind: str = "logistic", head=None) -> torch.Tensor:
-    """The gradient dL/dW (..., d, d), exact under saturation (see `gradients`); it underflows to 0 only where
-    the true gradient is below the smallest float64. kind: the loss. With T = 1 token per sequence attention
-    is constant and the gradient exactly 0."""
-    problem, W, head, values = _gradient_arguments(problem, W, kind, head, None, min_T=1)
+def _descend(params: tuple, evaluate, recorder: _Recorder, steps: int, lr: float, normalized: bool,
+             eps: float = 0.0, dims: tuple = (-2, -1)) -> tuple:
+    """The loop of gradient descent, shared by `gd`'s torch loop, `gd_prompt` and `causal.gd`; returns the last
+    parameters. From `params` (a tuple of tensors), at each step k = 0, ..., `steps`, evaluate(params, k, wants)
+    returns (grads, log_scale, record): the gradient of each parameter as exp(log_scale) * grad (log_scale of
+    the batch shape; None at the last step, where no step follows) and, where `wants` (`recorder.wants(k)`), the
+    values to record at step k (a dict). Each parameter then steps by -lr grad / ||grad|| over `dims` (normalized;
+    with eps > 0 paper A's -lr G / (||G|| + eps), see `_unit`) or by the plain -lr exp(log_scale) grad."""
+    for k in range(steps + 1):
+        wants = recorder.wants(k)
+        grads, log_scale, record = evaluate(params, k, wants)
+        if wants:
+            recorder.add(**record)
+        if k == steps:
+            return params
+        if normalized:
+            moves = [_unit(g, dims, log_scale, eps) for g in grads]
+        else:
+            scale = torch.exp(log_scale)[(...,) + (None,) * len(dims)]
+            moves = [scale * g for g in grads]
+        params = tuple(p - lr * move for p, move in zip(params, moves))
+    return params
+
+
+def loss_gradient(problem: Problem, W: ArrayLike, loss: str = "logistic", head: Head | None = None) -> torch.Tensor:
+    """The gradient dL/dW (..., d, d), exact under saturation (see ``weight_gradient``); it underflows to 0 only
+    where the true gradient is below the smallest float64. ``loss``: the loss, a name of ``model.LOSSES``;
+    ``head``: None (the problem's linear head v) or a head of ``attnsvm.heads``. With T = 1 token per sequence
+    attention is constant and the gradient exactly 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=3, T=4, d=2, seed=0)
+    >>> G = train.loss_gradient(problem, torch.zeros(2, 2, dtype=torch.float64), loss="logistic")
+    >>> G.shape, G.dtype
+    (torch.Size([2, 2]), torch.float64)
+    """
+    problem, W, head, values = _gradient_arguments(problem, W, loss, head, None, min_T=1)
     if problem.T == 1:  # `weight_gradient`'s log scale needs a second token
         return torch.zeros(torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) + (problem.d, problem.d),
                            dtype=torch.float64)
     blame = "W, the head or the problem's tokens is too large for this loss"
     with _overflow("the gradient dL/dW", blame):
-        direction, log_scale, _ = gradients._weight_gradient(problem, W, kind, head, values)
+        direction, log_scale, _ = gradients._weight_gradient(problem, W, loss, head, values)
     return _finite(torch.exp(log_scale)[..., None, None] * direction, "the gradient dL/dW", blame)
 
 
 def lipschitz_W(problem: Problem) -> torch.Tensor:
     """A Lipschitz constant L_W of W -> grad L(W) on all of R^{d x d} for the logistic loss, shape: batch.
 
-    The mean over the sequences of chapter 7's bound (`tensor.lipschitz_bound`) for the loss of sequence i:
+    The mean over the sequences of chapter 7's bound (``tensor.lipschitz_bound``) for the loss of sequence i:
     ||X_i||_2^2 ||z_i||^2 (rho_i^2 / 16 + 5 rho_i / 4), with rho_i the range of its token values v^T x_it.
     So gradient descent with lr <= 1 / L_W meets the step condition of the global theorem (chapter 3).
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problems = data.random_problem(n=2, T=3, d=2, seed=0, batch=4)
+    >>> L = train.lipschitz_W(problems)
+    >>> L.shape, bool((L > 0).all())
+    (torch.Size([4]), True)
     """
     problem = _checked_problem(problem)
     if problem.Z is None:
@@ -160,28 +222,42 @@ def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: 
 
 
 @torch.no_grad()  # a run records data, not a graph (whatever requires grad)
-def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True, init=None,
-       record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0,
-       gradient: str | None = None, head=None, eps: float | None = None, ridge: float | None = None,
-       rule: str | None = None, engine: str = "auto") -> Trajectory:
+def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True,
+       init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None = None, record_every: int = 1,
+       loss: str = "logistic", m: int | None = None, seed: int = 0, gradient: str | None = None,
+       head: Head | None = None, eps: float | None = None, ridge: float | None = None, rule: str | None = None,
+       engine: str = "auto") -> Trajectory:
     """Gradient descent on W (param="W") or on (K, Q) with W = K Q^T (param="KQ"), for every problem in the batch.
 
-    normalized: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
-    otherwise the plain step -lr G. eps: normalize by ||G||_F + eps instead (default 0), as paper A's code does
-    with eps = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls to
-    eps. ridge (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's (K, Q)
-    code does with ridge = eps. rule: None (the options above) or "official", paper A's update in full
-    (`local_converge.ipynb`): the gradient by autograd through softmax (unless gradient="exact" is passed),
+    ``normalized``: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
+    otherwise the plain step -lr G. ``eps``: normalize by ||G||_F + eps instead (default 0), as paper A's code
+    does with eps = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls
+    to eps. ``ridge`` (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's
+    (K, Q) code does with ridge = eps. ``rule``: None (the options above) or "official", paper A's update in full
+    (``local_converge.ipynb``): the gradient by autograd through softmax (unless gradient="exact" is passed),
     each of W, K, Q stepped by -lr g / (||g||_F + OFFICIAL_EPS), and for (K, Q) the ridge OFFICIAL_EPS; it fixes
     eps, ridge and normalized, so passing any of them with it is an error.
-    init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform"
-    (seeded by `seed`), an initial W (..., d, d) or a pair (K0, Q0). m: the width of K and Q (default d).
-    head: None for the problem's linear head v, or a head from `attnsvm.heads` (e.g. ReLU).
-    gradient: "exact" (the default, see `gradients`) or "autograd" (through softmax, for comparison).
-    engine: "compiled" (`compiled`: the same steps, several times faster), "torch" (the batched torch loop, for
-    every option), or "auto": compiled wherever it applies (W, exact gradient, linear or ReLU head).
-    Records W, softmax probabilities and the loss at steps 0, record_every, 2 record_every, ..., and `steps`;
+    ``init``: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform" (seeded by ``seed``), an initial W
+    (..., d, d) or a pair (K0, Q0). ``m``: the width of K and Q (default d). ``loss``: a name of
+    ``model.LOSSES``. ``head``: None for the problem's linear head v, or a head from ``attnsvm.heads`` (e.g. ReLU).
+    ``gradient``: "exact" (the default, see ``weight_gradient``) or "autograd" (through softmax, for comparison).
+    ``engine``: "compiled" (a compiled CPU loop: the same steps, several times faster), "torch" (the batched torch
+    loop, for every option), or "auto": compiled wherever it applies (``why_not_compiled`` says where not).
+    Records W, softmax probabilities and the loss at steps 0, record_every, 2 record_every, ..., and ``steps``;
     refuses more than 10**8 steps, 10**7 records or 2 GiB of them.
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problems = data.random_problem(n=2, T=3, d=2, seed=0, batch=5)
+    >>> run = train.gd(problems, steps=100, lr=0.5, record_every=50)
+    >>> run.steps.tolist(), tuple(run.W.shape)
+    ([0, 50, 100], (3, 5, 2, 2))
+    >>> bool((run.loss[-1] < run.loss[0]).all())
+    True
+    >>> run_KQ = train.gd(problems, param="KQ", steps=10, lr=0.1, m=3, record_every=10)
+    >>> tuple(run_KQ.K.shape)
+    (2, 5, 2, 3)
     """
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
@@ -208,7 +284,7 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     d, width = problem.d, 0 if param == "W" else params[0].shape[-1]
     entries = np.prod(problem.batch_shape, dtype=float) * (d * d + 2 * d * width + problem.n * problem.T + 1)
     recorder = _recorder(steps, record_every, entries)
-    unsupported = compiled.supports(param, head, gradient, problem.X.device)
+    unsupported = compiled.why_not_compiled(param, head, gradient, problem.X.device)
     if engine == "compiled" and unsupported:
         raise ValueError(f'engine="compiled" cannot run this training: {unsupported}; use engine="auto" or "torch"')
     blame = _blame(f"lr={lr!r}" + (f" with ridge={ridge!r}" if ridge else ""),
@@ -226,7 +302,8 @@ def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int
     """`gd`'s torch loop, from `params` (W,) or (K, Q), recording into `recorder`."""
     param = "W" if len(params) == 1 else "KQ"
     values = _token_values(problem, problem.v) if head is None else None
-    for k in range(steps + 1):
+
+    def evaluate(params: tuple, k: int, wants: bool):
         W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
         if gradient == "exact":
             G, log_scale, grad = gradients._weight_gradient(problem, W, loss, head, values)
@@ -234,19 +311,18 @@ def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int
         else:
             grads, f = _autograd_gradient(problem, params, loss, head, ridge)
             log_scale, probs = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device), _attention(problem, W)
-        if recorder.wants(k):
-            factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
-            recorder.add(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors)
+        factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
+        record = dict(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors) if wants else None
         if k == steps:
-            break
+            return None, None, record
         if gradient == "exact":
-            if ridge or not normalized:  # the true scale: the ridge's gradient is added to the loss's
+            if ridge or not normalized:  # the true scale (exp(0) = 1 in the step): the ridge's gradient is added
                 G, log_scale = torch.exp(log_scale)[..., None, None] * G, torch.zeros_like(log_scale)
             grads = (G,) if param == "W" else (G @ params[1], G.transpose(-2, -1) @ params[0])
             if ridge:
                 grads = tuple(g + 2 * ridge * p for g, p in zip(grads, params))
-        params = tuple(p - lr * (_unit(g, log_scale=log_scale, eps=eps) if normalized else g)
-                       for p, g in zip(params, grads))
+        return grads, log_scale, record
+    _descend(params, evaluate, recorder, steps, lr, normalized, eps)
 
 
 def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, loss, vectors: int):
@@ -264,13 +340,22 @@ def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, lo
 
 
 @torch.no_grad()  # a run records data, not a graph
-def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool = True, init=None,
-              record_every: int = 1, loss: str = "logistic") -> Trajectory:
-    """Gradient descent on the query p of paper B's model f(X) = <X v, softmax(X key p)>, with `key` (d, d)
+def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normalized: bool = True,
+              init: ArrayLike | None = None, record_every: int = 1, loss: str = "logistic") -> Trajectory:
+    """Gradient descent on the query p of paper B's model f(X) = <X v, softmax(X key p)>, with ``key`` (d, d)
     fixed (the product of its key and query matrices); the problem's queries Z are not used.
 
-    init: None (zeros) or an initial p, (d,) or (..., d). normalized: step -lr g/||g||, as in paper B.
-    Returns a Trajectory whose `.p` holds the recorded iterates (records, ..., d).
+    ``init``: None (zeros) or an initial p, (d,) or (..., d). ``normalized``: step -lr g/||g||, as in paper B.
+    Returns a Trajectory whose ``.p`` holds the recorded iterates (records, ..., d).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> run = train.gd_prompt(problem, torch.eye(2, dtype=torch.float64), steps=20, lr=0.5, record_every=10)
+    >>> tuple(run.p.shape), run.W is None
+    ((3, 2), True)
     """
     problem, loss, normalized, steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, normalized,
                                                                          record_every, loss, 1)
@@ -278,23 +363,34 @@ def gd_prompt(problem: Problem, key, *, steps: int, lr: float, normalized: bool 
     p = initial_vector(torch.zeros(d) if init is None else init, "init", batch, d, problem.X.device)
     values = _finite(_token_values(problem, problem.v), "the token values v^T x_it",
                      "the problem's tokens are too large")
-    for k in range(steps + 1):
+
+    def evaluate(params: tuple, k: int, wants: bool):
+        (p,) = params
         grad = gradients._logit_gradient(problem, (keys * p[..., None, None, :]).sum(-1), loss, None, values)
-        if recorder.wants(k):
-            recorder.add(p=p, probs=grad.probs, loss=_risk(LOSSES[loss], problem, grad.outputs))
+        record = dict(p=p, probs=grad.probs, loss=_risk(LOSSES[loss], problem, grad.outputs)) if wants else None
         if k == steps:
-            break
-        G = (grad.direction[..., None] * keys).sum((-3, -2))
-        p = p - lr * (_unit(G, dims=(-1,)) if normalized else torch.exp(grad.log_scale)[..., None] * G)
+            return None, None, record
+        return ((grad.direction[..., None] * keys).sum((-3, -2)),), grad.log_scale, record
+    _descend((p,), evaluate, recorder, steps, lr, normalized, dims=(-1,))
     return _finite_trajectory(recorder.trajectory(), _blame(f"lr={lr!r}", "key or init"))
 
 
 @torch.no_grad()  # a run records data, not a graph
-def gd_joint(problem: Problem, key, *, steps: int, lr: float, init_p, init_v, normalized: bool = True,
-             record_every: int = 1, loss: str = "logistic") -> Trajectory:
+def gd_joint(problem: Problem, key: ArrayLike, *, steps: int, lr: float, init_p: ArrayLike, init_v: ArrayLike,
+             normalized: bool = True, record_every: int = 1, loss: str = "logistic") -> Trajectory:
     """Joint gradient descent on the query p and the head v of paper B's model f(X) = <X v, softmax(X key p)>
     (the problem's v and Z are not used). Each of p and v takes its own step, normalized by default.
-    Returns a Trajectory with `.p` and `.v` (records, ..., d).
+    Returns a Trajectory with ``.p`` and ``.v`` (records, ..., d).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> key, start = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    >>> run = train.gd_joint(problem, key, steps=20, lr=0.1, init_p=start, init_v=start + 0.1, record_every=10)
+    >>> tuple(run.p.shape), tuple(run.v.shape)
+    ((3, 2), (3, 2))
     """
     problem, loss, normalized, steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, normalized,
                                                                          record_every, loss, 2)

@@ -27,9 +27,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .._checks import as_tensor
 from ..data import Problem
+from ..heads import Head
 from ..model import (_TRAINING, LOSSES, _checked_head, _checked_problem, _finite, _logits, _loss_kind, _overflow,
                     _token_values, _weights)
 
@@ -39,7 +41,15 @@ GRADIENTS = ("exact", "autograd")  # how `train.gd` computes the gradient: this 
 
 
 class LogitGradient(NamedTuple):
-    """dL/dlogits = exp(log_scale)[..., None, None] * direction, with the quantities computed on the way."""
+    """dL/dlogits = exp(log_scale)[..., None, None] * direction, with the quantities computed on the way (what
+    ``logit_gradient`` returns, and the third part of what ``weight_gradient`` returns).
+
+    Examples
+    --------
+    >>> from attnsvm import train
+    >>> train.LogitGradient._fields
+    ('direction', 'log_scale', 'probs', 'outputs', 'log_slopes')
+    """
 
     direction: torch.Tensor  # (..., n, T), entries at most of order one
     log_scale: torch.Tensor  # (...,)
@@ -48,22 +58,36 @@ class LogitGradient(NamedTuple):
     log_slopes: torch.Tensor  # (..., n) log |dL/df_i| (the sign of dL/df_i is -Y_i)
 
 
-def logit_gradient(problem: Problem, logits, kind: str, head=None, values=None) -> LogitGradient:
+def logit_gradient(problem: Problem, logits: ArrayLike, loss: str = "logistic", head: Head | None = None,
+                   values: ArrayLike | None = None) -> LogitGradient:
     """The gradient of the empirical risk with respect to the logits (..., n, T).
 
-    logits: finite, or -inf for a token left out (attention exactly 0, gradient exactly 0), with at least two
-    finite logits per sequence. kind: the loss. head: None for the linear head v of the problem (its token values
-    X v are `values`, by default `model.token_values(problem)`; loops pass them, computed once), or a head of
-    `attnsvm.heads`, whose gradient at the attention output a_i = X_i^T s_i gives the token values.
+    ``logits``: finite, or -inf for a token left out (attention exactly 0, gradient exactly 0), with at least two
+    finite logits per sequence. ``loss``: the loss, a name of ``model.LOSSES``. ``head``: None for the linear head
+    v of the problem (its token values X v are ``values``, by default ``model.token_values(problem)``; loops pass
+    them, computed once), or a head of ``attnsvm.heads``, whose gradient at the attention output
+    a_i = X_i^T s_i gives the token values.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> grad = train.logit_gradient(problem, torch.zeros(2, 3, dtype=torch.float64), loss="logistic")
+    >>> grad.direction.shape, grad.log_scale.shape
+    (torch.Size([2, 3]), torch.Size([]))
+    >>> dL = torch.exp(grad.log_scale) * grad.direction  # dL/dlogits; each row sums to 0
+    >>> bool(dL.sum(-1).abs().max() < 1e-15)
+    True
     """
     problem = _checked_problem(problem, min_T=2, why=_TRAINING)
-    _loss_kind(kind)
+    _loss_kind(loss)
     head = _checked_head(head, problem)
     logits = _checked_logits(logits, problem)
     values = _checked_values(values, head, problem, logits.shape)
     blame = "the logits, the token values, the head or the problem's tokens are too large"
     with _overflow("the logit gradient", blame):
-        grad = _logit_gradient(problem, logits, kind, head, values)
+        grad = _logit_gradient(problem, logits, loss, head, values)
     _finite(grad.direction, "the logit gradient", blame)
     _finite(grad.log_scale, "the logit gradient's scale", blame)
     return grad
@@ -116,7 +140,7 @@ def _checked_values(values, head, problem: Problem, shape: torch.Size) -> torch.
     return values
 
 
-def _logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head, values) -> LogitGradient:
+def _logit_gradient(problem: Problem, logits: torch.Tensor, loss: str, head, values) -> LogitGradient:
     """`logit_gradient` without checks."""
     shifted = logits - logits.amax(-1, keepdim=True)  # 0 at the top token
     e = torch.exp(shifted)
@@ -140,41 +164,54 @@ def _logit_gradient(problem: Problem, logits: torch.Tensor, kind: str, head, val
     # Off the top token, u_it - f_i = (u_it - u_ialpha) + e^{L_i} top_sum: subtracting f_i itself would leave
     # a round-off of eps |f_i| where u_it = u_ialpha (equal scores), and the true difference is far smaller.
     h = torch.where(is_top, s * top_sum, ratio * (u - u_top + torch.exp(log_second) * top_sum))
-    log_slopes = LOSSES[kind].log_slope(problem.Y * f) - np.log(problem.n)
+    log_slopes = LOSSES[loss].log_slope(problem.Y * f) - np.log(problem.n)
     weight = log_slopes + log_second[..., 0]
     log_scale = weight.amax(-1)
     direction = (-problem.Y * torch.exp(weight - log_scale[..., None]))[..., None] * h
     return LogitGradient(direction, log_scale, s, f, log_slopes)
 
 
-def weight_gradient(problem: Problem, W, kind: str, head=None, values=None):
-    """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction.
-    kind: the loss; head and values as `logit_gradient`'s."""
-    problem, W, head, values = _gradient_arguments(problem, W, kind, head, values, min_T=2)
+def weight_gradient(problem: Problem, W: ArrayLike, loss: str = "logistic", head: Head | None = None,
+                    values: ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor, LogitGradient]:
+    """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction, with the
+    direction finite however far softmax saturates. ``loss``: the loss; ``head`` and ``values`` as
+    ``logit_gradient``'s. ``train.loss_gradient`` returns the product.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> W = 1e4 * torch.eye(2, dtype=torch.float64)  # softmax saturated: dL/dW underflows to 0
+    >>> direction, log_scale, _ = train.weight_gradient(problem, W, loss="logistic")
+    >>> direction.shape, bool(direction.abs().max() > 0), bool(log_scale < -745)
+    (torch.Size([2, 2]), True, True)
+    """
+    problem, W, head, values = _gradient_arguments(problem, W, loss, head, values, min_T=2)
     blame = "W, the head or the problem's tokens is too large"
     with _overflow("the gradient", blame):
-        direction, log_scale, grad = _weight_gradient(problem, W, kind, head, values)
+        direction, log_scale, grad = _weight_gradient(problem, W, loss, head, values)
     _finite(direction, "the gradient's direction", blame)
     _finite(log_scale, "the gradient's scale", blame)
     _finite(grad.direction, "the logit gradient", blame)
     return direction, log_scale, grad
 
 
-def _gradient_arguments(problem, W, kind, head, values, *, min_T: int):
+def _gradient_arguments(problem, W, loss, head, values, *, min_T: int):
     """The checked problem, W, head and values of `weight_gradient` (and `train.loss_gradient`)."""
     problem = _checked_problem(problem, min_T=min_T, why=_TRAINING, needs_Z=True)
     W = _weights(problem, W, "W")
     _finite(_logits(problem, W), "the logits x_it^T W z_i", "W (or the problem's tokens) is too large")
-    _loss_kind(kind)
+    _loss_kind(loss)
     head = _checked_head(head, problem)
     shape = torch.broadcast_shapes(W.shape[:-2], problem.batch_shape) + (problem.n, problem.T)
     return problem, W, head, _checked_values(values, head, problem, shape)
 
 
-def _weight_gradient(problem: Problem, W: torch.Tensor, kind: str, head=None, values=None):
+def _weight_gradient(problem: Problem, W: torch.Tensor, loss: str, head=None, values=None):
     """`weight_gradient` without checks."""
     Z = problem.Z
     Wz = torch.einsum("...de,...ne->...nd", W, Z)  # W z_i
-    grad = _logit_gradient(problem, (problem.X * Wz[..., None, :]).sum(-1), kind, head, values)
+    grad = _logit_gradient(problem, (problem.X * Wz[..., None, :]).sum(-1), loss, head, values)
     weighted = (grad.direction[..., None] * problem.X).sum(-2)  # sum_t g_it x_it, (..., n, d)
     return weighted.transpose(-2, -1) @ Z, grad.log_scale, grad

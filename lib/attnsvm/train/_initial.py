@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .. import _checks
 from .._checks import cpu_device as _device
@@ -16,9 +17,18 @@ __all__ = ["initial_parameters", "initial_vector", "uniform_init", "PARAMS"]
 PARAMS = ("W", "KQ")  # W trained directly, or its factors W = K Q^T
 
 
-def uniform_init(shape: tuple, seed: int, device=None) -> torch.Tensor:
-    """Entries uniform in [-1/sqrt(d), 1/sqrt(d)] (torch.nn.Linear's default), d = shape[-2]. shape: (..., d, m)
-    with d >= 1; seed: an integer in [0, 2**63); device: None or "cpu" (attnsvm computes on the CPU)."""
+def uniform_init(shape: tuple[int, ...], seed: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Entries uniform in [-1/sqrt(d), 1/sqrt(d)] (torch.nn.Linear's default), d = shape[-2]. ``shape``:
+    (..., d, m) with d >= 1; ``seed``: an integer in [0, 2**63); ``device``: None or "cpu" (attnsvm computes on
+    the CPU).
+
+    Examples
+    --------
+    >>> from attnsvm import train
+    >>> K = train.uniform_init((4, 2), seed=0)
+    >>> K.shape, K.dtype, bool((K.abs() <= 0.5).all())
+    (torch.Size([4, 2]), torch.float64, True)
+    """
     shape, seed, device = _shape(shape), _seed(seed), _device(device)
     gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / np.sqrt(shape[-2])
@@ -54,12 +64,24 @@ def _seed(value, name: str = "seed") -> int:
 
 
 
-def initial_parameters(problem: Problem, param: str, init, m: int, seed: int):
+def initial_parameters(problem: Problem, param: str, init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None,
+                       m: int, seed: int) -> tuple[torch.Tensor, ...]:
     """The initial parameters: a tuple (W,) or (K, Q), each of shape (..., d, d) or (..., d, m) (detached: training
-    records data, not a graph).
+    records data, not a graph), as ``train.gd`` starts from them.
 
-    param: "W" or "KQ"; init: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W
-    (..., d, d) or a pair (K0, Q0); m: the width of K and Q for "uniform"; seed: the seed of "uniform".
+    ``param``: "W" or "KQ"; ``init``: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W
+    (..., d, d) or a pair (K0, Q0); ``m``: the width of K and Q for "uniform"; ``seed``: the seed of "uniform".
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problems = data.random_problem(n=2, T=3, d=2, seed=0, batch=5)
+    >>> (W,) = train.initial_parameters(problems, "W", None, m=2, seed=0)
+    >>> W.shape, bool((W == 0).all())
+    (torch.Size([5, 2, 2]), True)
+    >>> K, Q = train.initial_parameters(problems, "KQ", "uniform", m=3, seed=0)
+    >>> K.shape, Q.shape
+    (torch.Size([5, 2, 3]), torch.Size([5, 2, 3]))
     """
     problem = _checked_problem(problem)
     param, m, seed = _option(param, "param", PARAMS), positive_int(m, "m"), _seed(seed)
@@ -93,9 +115,18 @@ def initial_parameters(problem: Problem, param: str, init, m: int, seed: int):
     return K0.detach(), Q0.detach()
 
 
-def initial_vector(value, name: str, batch: tuple, d: int, device) -> torch.Tensor:
-    """An initial vector (d,) shared by all problems, or one per problem (..., d) (detached, a copy). name: the
-    argument's name in errors; batch: the problems' batch shape; device: None or "cpu"."""
+def initial_vector(value: ArrayLike, name: str, batch: tuple[int, ...], d: int,
+                   device: torch.device | str | None) -> torch.Tensor:
+    """An initial vector (d,) shared by all problems, or one per problem (..., d), returned as (..., d) (detached,
+    a copy). ``name``: the argument's name in errors; ``batch``: the problems' batch shape; ``device``: None or
+    "cpu".
+
+    Examples
+    --------
+    >>> from attnsvm import train
+    >>> train.initial_vector([1.0, 0.0], "init", (3,), 2, None).shape
+    torch.Size([3, 2])
+    """
     if not isinstance(name, str):
         raise TypeError(f"name must be the argument's name (a string), got {type(name).__name__}")
     batch, d, device = _sizes(batch, "batch", "(the problems' batch shape)"), positive_int(d, "d"), _device(device)

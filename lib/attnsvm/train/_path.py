@@ -21,7 +21,17 @@ MAX_RADIUS = float(np.sqrt(np.finfo(np.float64).max))  # 1.3e154: the steps divi
 
 @dataclass(frozen=True)
 class Path:
-    """The regularization path: constrained minimizers of the loss at increasing radii."""
+    """The regularization path: constrained minimizers of the loss at increasing radii (what
+    ``regularization_path`` returns); arrays have shape (len(radii), *batch, ...).
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> path = train.regularization_path(problem, [1.0, 2.0], steps=5)
+    >>> path.radii.tolist(), tuple(path.W.shape), tuple(path.loss.shape), path.K is None
+    ([1.0, 2.0], (2, 2, 2), (2,), True)
+    """
 
     radii: np.ndarray
     W: torch.Tensor  # (len(radii), ..., d, d); for "KQ", W = K Q^T
@@ -30,7 +40,7 @@ class Path:
     Q: torch.Tensor | None = None
 
 
-def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, reference: torch.Tensor, kind: str):
+def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, reference: torch.Tensor, loss: str):
     """L(W) minus the loss of full attention on `reference` (..., n), without cancellation (see `Loss.excess`).
 
     W may carry extra leading dimensions (candidates). Only differences between values matter, and those
@@ -38,7 +48,7 @@ def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, refere
     """
     s = torch.softmax(_logits(problem, W), dim=-1)
     best = scores.gather(-1, reference[..., None])
-    return LOSSES[kind].excess(best[..., 0], (s * (best - scores)).sum(-1)).mean(-1)
+    return LOSSES[loss].excess(best[..., 0], (s * (best - scores)).sum(-1)).mean(-1)
 
 
 def _project_capped_simplex(s: torch.Tensor, R: float) -> torch.Tensor:
@@ -61,17 +71,30 @@ def _nuclear_ball(W: torch.Tensor, R: float, m: int) -> tuple[torch.Tensor, torc
 
 
 @torch.no_grad()  # the path is data, not a graph (whatever requires grad)
-def regularization_path(problem: Problem, radii, *, param: str = "W", steps: int = 200, loss: str = "logistic",
-                        m: int | None = None, seed: int = 0, candidates: int = 12) -> Path:
+def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: str = "W", steps: int = 200,
+                        loss: str = "logistic", m: int | None = None, seed: int = 0, candidates: int = 12) -> Path:
     """W_R = argmin_{||W||_F <= R} L(W) (param="W"), or (K_R, Q_R) = argmin_{||K||^2 + ||Q||^2 <= 2R} L(K Q^T)
-    (param="KQ", so that ||K_R Q_R^T||_* <= R), for each radius R of `radii` (increasing).
+    (param="KQ", so that ||K_R Q_R^T||_* <= R), for each radius R of ``radii`` (increasing).
 
     param="W": Riemannian gradient descent on the sphere of each radius (the minimizer lies on it once R is
     large). param="KQ": projected gradient descent on W = K Q^T over {rank <= m, ||W||_* <= R}, the set of
     products the (K, Q) budget allows (the factorization lemma); the factors returned are the balanced ones.
-    Both warm start from the previous radius and take the exact gradient and a line search over `candidates`
-    halving step sizes scored by `_excess_loss`. Local methods on a non-convex problem: they follow one branch
-    of minimizers, usually the global one when started at a small radius. Initialization as `gd`'s "uniform".
+    Both warm start from the previous radius and take the exact gradient and a line search over ``candidates``
+    halving step sizes. Local methods on a non-convex problem: they follow one branch of minimizers, usually the
+    global one when started at a small radius. Initialization as ``gd``'s "uniform". ``loss``: a name of
+    ``model.LOSSES``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> path = train.regularization_path(problem, [0.5, 1.0, 2.0], steps=10)
+    >>> norms = torch.linalg.matrix_norm(path.W)
+    >>> [round(float(R), 4) for R in norms]
+    [0.5, 1.0, 2.0]
+    >>> bool((path.loss.diff() <= 0).all())
+    True
     """
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))

@@ -1,5 +1,6 @@
-"""Paper A's E5.1 runs (`attnsvm.multitoken`): each run reproducible from its seed alone, the official filter, the
-stored accepted seeds re-found by the search, and the three predicted directions."""
+"""Paper A's E5.1 runs (``attnsvm.experiments.relu_head``): each run reproducible from its seed alone, the official
+filter, the stored accepted seeds re-found by the search (serial or in worker processes), and the three predicted
+directions. tests/lib/test_parallel.py runs the search on a Dask cluster."""
 
 import numpy as np
 import pytest
@@ -40,12 +41,23 @@ def test_search_refinds_the_stored_seeds(d, count, chunk, workers):
     assert seeds == mt.stored_seeds(d)[:count] and tried == seeds[-1]
 
 
-def test_searches_can_share_a_pool():
-    """Two searches in one pool of workers (as `make e51-seeds` runs the four d): the pool outlives the first."""
-    with attnsvm.worker_pool(2) as pool:
-        first, _ = mt.search(4, 4, chunk=8, workers=2, pool=pool)
-        second, _ = mt.search(4, 4, start=first[-1] + 1, chunk=8, workers=2, pool=pool)
+def test_consecutive_searches_continue_each_other():
+    """Two searches in worker processes (as ``make e51-seeds`` runs the four d): joblib keeps the processes for
+    the second, and a search that stops early leaves nothing behind that changes the next one."""
+    first, _ = mt.search(4, 4, chunk=8, workers=2)
+    second, _ = mt.search(4, 4, start=first[-1] + 1, chunk=8, workers=2)
     assert first + second == mt.stored_seeds(4)[:8]
+
+
+def test_a_search_leaves_the_callers_numerics_alone():
+    """Each chunk sets float64, one thread and seed 0 for itself; in the caller's process it gives them back."""
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    mt.search(4, 2, chunk=8, workers=1)
+    assert torch.equal(torch.rand(3), expected)
+    assert (torch.get_default_dtype(), torch.get_num_threads()) == (dtype, threads)
 
 
 def test_select_keeps_the_chosen_runs(candidates):
@@ -88,8 +100,9 @@ def test_bad_input_is_named():
         mt.train_runs(0, [1])
     with pytest.raises(ValueError, match="seeds must"):
         mt.train_runs(4, [])
-    with pytest.raises(ValueError, match="workers must"):
-        mt.search(4, 1, workers=0)
+    for workers in (0, -1, "two", 1.5):
+        with pytest.raises((TypeError, ValueError), match="workers must"):
+            mt.search(4, 1, workers=workers)
     with pytest.raises(ValueError, match="make e51-seeds"):
         mt.stored_seeds(5)
 

@@ -1,0 +1,304 @@
+"""The causal Att-SVM: its constraints, margins and slacks, and its hard- and soft-margin solutions.
+
+For every query it separates the selected token alpha_ik from each other candidate,
+
+    min ||W||_F  s.t.  (x_{i alpha_ik} - x_it)^T W x_ik >= 1  for every (i, k) and candidate t != alpha_ik,
+
+except the candidates that are copies of the selected token (their logit equals the selected token's for every
+W; ``separation_mask``). Its constraints are the Kronecker rows kron(x_{i alpha_ik} - x_it, x_ik) of the attention
+SVMs, and the solvers are those of ``svm.soft_margin_svm`` and ``svm.penalty_threshold``, which work with the
+Gram matrix of the rows (their cost does not grow with d^2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from .. import svm
+from .._checks import MAX_BYTES, memory as _memory, number as _positive, option as _option
+from .._checks import as_tensor, boolean, budget, finite_result, require_shape
+from ._model import _checked_logits
+from ._problems import SequenceProblem, _no_grad_numpy, _selection, separation_mask
+
+__all__ = ["att_svm", "combine", "feasible", "margins", "penalty_threshold", "total_slack", "violations",
+           "SLACKS"]
+
+SLACKS = ("constraint", "token")  # one slack per constraint (i, k, t) (default), or paper C's per (sequence i, token t)
+
+
+def margins(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
+    """(x_{i alpha_ik} - x_it)^T W x_ik for the constraint pairs of ``separation_mask``, NaN elsewhere:
+    shape (..., n, K, T) (default ``alpha``: the optimal tokens).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> gaps = causal.margins(problem, causal.att_svm(problem))
+    >>> gaps.shape, round(float(np.nanmin(gaps)), 6)  # the hard-margin SVM: every margin at least 1
+    ((2, 3, 3), 1.0)
+    """
+    alpha = _selection(problem, alpha)
+    raw = _checked_logits(problem, W)
+    gaps = raw.gather(-1, alpha[..., None].expand(raw.shape[:-1] + (1,))) - raw
+    mask = separation_mask(problem, alpha).expand(gaps.shape)
+    finite_result(gaps.detach()[mask], "the margins", "W or the problem's tokens are too large (scale them down)")
+    return _no_grad_numpy(gaps.masked_fill(~mask, torch.nan))
+
+
+@dataclass(frozen=True)
+class _Instance:
+    """The separation constraints of one problem as Kronecker rows: pairs (delta_c, z_c) over `where` in C order."""
+
+    deltas: np.ndarray  # (m, d): x_{i alpha_ik} - x_it
+    queries: np.ndarray  # (m, d): x_ik
+    where: np.ndarray  # (n, K, T) bool
+
+    @property
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows as `svm.soft_margin_svm` takes them."""
+        return self.deltas, self.queries
+
+    def groups(self, slack: str) -> np.ndarray | None:
+        """The shared slack of each constraint: None for its own (slack="constraint"), else that of its
+        (sequence i, token t)."""
+        if slack == "constraint":
+            return None
+        i, _, t = np.nonzero(self.where)
+        return np.unique(np.stack([i, t], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.where.shape)
+        out[self.where] = values
+        return out
+
+
+def _instances(problem: SequenceProblem, alpha: torch.Tensor) -> list[_Instance]:
+    """One `_Instance` per problem of the batch (flattened)."""
+    where = separation_mask(problem, alpha).cpu().numpy()
+    X, alpha_np = _no_grad_numpy(problem.X), alpha.cpu().numpy()
+    n, K, T, d = problem.n, problem.K, problem.T, problem.d
+    X = X.reshape(-1, n, T, d)
+    where, alpha_np = where.reshape(-1, n, K, T), alpha_np.reshape(-1, n, K)
+    out = []
+    for Xb, mask, ab in zip(X, where, alpha_np):
+        i, k, t = np.nonzero(mask)
+        out.append(_Instance(Xb[i, ab[i, k]] - Xb[i, t], Xb[i, k], mask))
+    return out
+
+
+def _svm_selection(problem: SequenceProblem, alpha, solver: str) -> torch.Tensor:
+    """alpha checked (`_selection`) for a problem whose Att-SVM can be solved here: T >= 2, tokens whose constraint
+    Gram matrix (products of four token entries) fits float64, and a dense constraint system of at most MAX_BYTES
+    (`solver`: a key of svm.SOLVER_FLOATS, the solver's peak memory in floats per squared constraint count)."""
+    alpha = _selection(problem, alpha)
+    if problem.T < 2:
+        raise ValueError("problem has T = 1 token per sequence: the Att-SVM separates each query's selected token "
+                         "from its other candidates, and there are none; pass sequences of T >= 2 tokens")
+    scale = float(problem.X.detach().abs().max())
+    if scale > 0 and np.log10(4.0) + 4 * np.log10(scale) + 2 * np.log10(problem.d) > 290:
+        raise ValueError(f"problem's tokens have entries up to {scale:.3g}: the Att-SVM's constraint Gram matrix holds "
+                         f"products of four token entries, which overflow float64; rescale the tokens (the SVM of "
+                         f"c X is the SVM of X divided by c^2)")
+    m = int(separation_mask(problem, alpha).sum((-3, -2, -1)).max())
+    label = f"problem (n={problem.n}, T={problem.T}, K={problem.K}: {m} separation constraints in one instance)"
+    floats = svm.SOLVER_FLOATS[solver]
+    budget(floats * 8.0 * m * m, label, MAX_BYTES,
+           f"bytes for its dense constraint system (about {floats} m^2 floats for m constraints; use fewer or "
+           f"shorter sequences)")
+    return alpha
+
+
+def _solve(function, instance: _Instance, b: int, batch: tuple, **options):
+    """function(instance.rows, **options) of `svm`, None where the hard margin is infeasible; a SolverError says
+    which instance and what to rescale."""
+    try:
+        return function(instance.rows, **options)
+    except svm.InfeasibleSVM:
+        return None
+    except svm.SolverError as err:
+        where = f" for batch instance {b}" if batch else ""
+        raise svm.SolverError(f"the causal Att-SVM{where}: {err} (its rows are built from the problem's tokens: "
+                              f"rescale its tokens to entries near 1; the SVM of c X is the SVM of X divided by "
+                              f"c^2)") from err
+
+
+def _raise_infeasible(solutions: list, batch: tuple) -> None:
+    """svm.InfeasibleSVM naming the batch instances whose solution is None (the hard margin does not exist)."""
+    infeasible = [b for b, solution in enumerate(solutions) if solution is None]
+    if infeasible:
+        where = f" for batch instances {infeasible}" if batch else ""
+        raise svm.InfeasibleSVM(
+            f"the causal Att-SVM is infeasible{where}: no W separates every query's selected token from its other "
+            f"candidates (typically the same query token must prefer a over b in one prefix and b over a in "
+            f"another; `preference_cycle` finds such a conflict). Pass C for the soft-margin SVM. (Numerically, "
+            f"infeasible also means that every separating W has ||W||_F > {svm.MAX_NORM:g}, as for tiny tokens: "
+            f"rescale them to entries near 1.)", infeasible)
+
+
+def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: float | None = None,
+            objective: str = "squared", slack: str = "constraint",
+            return_multipliers: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """The causal (or seq2seq) Att-SVM for the selection ``alpha`` (default: the optimal tokens), numpy (..., d, d).
+
+    ``C=None``: the hard-margin SVM, min ||W||_F s.t. every margin of ``separation_mask`` >= 1; raises
+    svm.InfeasibleSVM (``.instances``: the infeasible batch indices) when no W exists.
+    ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins, margin_c >= 1 - xi, with the objective
+    (1/2)||W||_F^2 + C sum xi (``"squared"``, solved exactly through its dual, a box-constrained QP) or paper C's
+    ||W||_F + C sum xi (``"norm"``, a second-order cone program). Both give the same family of solutions: the
+    "norm" solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for
+    every C above ``penalty_threshold`` (the "squared" one at C ||W^mm||_F).
+    ``slack``: "constraint" (default), one slack per constraint (i, k, t), the textbook soft margin; or "token",
+    paper C's Definition 4.1 as printed, one slack xi_it per (sequence i, token t) shared by all queries k of
+    sequence i whose constraints involve token t (a cone program, accurate to about 1e-8).
+    ``return_multipliers``: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
+    ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
+    with sum of lam over the constraints of each (i, t) at most C (slack="token").
+    The solvers are ``svm.soft_margin_svm``'s, on the problem's constraint rows. Refused before any work
+    (ValueError): T = 1, tokens whose constraint Gram matrix overflows float64, or a dense constraint system above
+    MAX_BYTES. Raises svm.SolverError if the solution's relative duality gap exceeds ``svm.GAP_TOL`` (a badly
+    scaled problem or C).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> W, lam = causal.att_svm(problem, return_multipliers=True)
+    >>> W.shape, lam.shape, bool(np.abs(causal.combine(problem, lam) - W).max() < 1e-9)
+    ((4, 4), (2, 3, 3), True)
+    >>> W_soft = causal.att_svm(problem, C=10.0, objective="norm")  # paper C's soft margin
+    >>> W_soft.shape
+    (4, 4)
+    """
+    _option(objective, "objective", svm.OBJECTIVES)
+    _option(slack, "slack", SLACKS)
+    return_multipliers = boolean(return_multipliers, "return_multipliers")
+    if C is not None:
+        C = _positive(C, "C")
+    elif objective != "squared":
+        raise ValueError('objective="norm" is paper C\'s soft-margin form: pass C with it')
+    elif slack != "constraint":
+        raise ValueError('slack="token" is a soft-margin option: pass C with it')
+    solver = "hard" if C is None else "token" if slack == "token" else objective
+    alpha = _svm_selection(problem, alpha, solver)
+    instances, batch = _instances(problem, alpha), problem.batch_shape
+    solutions = []
+    for b, instance in enumerate(instances):
+        soft = {} if C is None else dict(C=C, objective=objective, groups=instance.groups(slack))
+        solutions.append(_solve(svm.soft_margin_svm, instance, b, batch, return_multipliers=True, **soft))
+    _raise_infeasible(solutions, batch)
+    W = np.stack([w for w, _ in solutions]).reshape(batch + (problem.d, problem.d))
+    if not return_multipliers:
+        return W
+    lam = np.stack([instance.scatter(l) for instance, (_, l) in zip(instances, solutions)])
+    return W, lam.reshape(batch + (problem.n, problem.K, problem.T))
+
+
+def feasible(problem: SequenceProblem, alpha: ArrayLike | None = None) -> np.ndarray:
+    """Whether the hard-margin causal Att-SVM exists for ``alpha`` (default: the optimal tokens): bool (...,).
+
+    Examples
+    --------
+    >>> from attnsvm import causal
+    >>> causal.feasible(causal.random_problem(n=2, T=3, d=4, seed=0, batch=3)).tolist()
+    [True, True, True]
+    """
+    alpha = _svm_selection(problem, alpha, "hard")
+    batch = problem.batch_shape
+    flags = [_solve(svm.soft_margin_svm, instance, b, batch) is not None
+             for b, instance in enumerate(_instances(problem, alpha))]
+    return np.array(flags, dtype=bool).reshape(batch)
+
+
+def penalty_threshold(problem: SequenceProblem, alpha: ArrayLike | None = None, *,
+                      slack: str = "constraint") -> np.ndarray:
+    """The exact-penalty threshold C* of paper C's soft-margin form (``objective="norm"``), shape (...,).
+
+    With lam the multipliers of the hard-margin SVM (W^mm = sum_c lam_c A_c, lam >= 0, lam_c = 0 off the
+    margin), C* = min over all such lam of max_c lam_c / ||W^mm||_F (slack="constraint"), or of
+    max_(i,t) sum_{c of (i, t)} lam_c / ||W^mm||_F (slack="token"). The soft-margin solution is W^mm for every
+    C > C*, W^mm is one solution at C = C*, and it is none for C < C*. The minimum over lam matters only when the
+    constraints on the margin are linearly dependent (otherwise lam is unique); it is a linear program
+    (``svm.penalty_threshold``). Raises svm.InfeasibleSVM where the hard-margin SVM does not exist.
+
+    Examples
+    --------
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> C_star = float(causal.penalty_threshold(problem))
+    >>> W_mm, W_soft = causal.att_svm(problem), causal.att_svm(problem, C=1.1 * C_star, objective="norm")
+    >>> bool(abs(W_soft - W_mm).max() < 1e-6)  # above C*, the soft margin is the hard margin
+    True
+    """
+    _option(slack, "slack", SLACKS)
+    alpha = _svm_selection(problem, alpha, "threshold")
+    batch = problem.batch_shape
+    instances = _instances(problem, alpha)
+    out = [_solve(svm.penalty_threshold, instance, b, batch, groups=instance.groups(slack))
+           for b, instance in enumerate(instances)]
+    _raise_infeasible(out, batch)
+    return np.array(out).reshape(batch)
+
+
+def violations(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
+    """The number of constraint pairs whose margin under W is below one (the slacks xi > 0), shape (...,).
+
+    Examples
+    --------
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> W = causal.att_svm(problem)
+    >>> int(causal.violations(problem, W)), int(causal.violations(problem, 0.5 * W)) > 0
+    (0, True)
+    """
+    gaps = margins(problem, W, alpha)
+    return (np.nan_to_num(gaps, nan=np.inf) < 1 - 1e-9).sum((-3, -2, -1))
+
+
+def total_slack(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
+    """sum_c max(0, 1 - mu_c(W)) over the separation constraints c: the least total slack W needs with one slack
+    per constraint, shape (...,). Paper C's objective of W (slack="constraint") is ||W||_F + C total_slack.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> float(causal.total_slack(problem, np.zeros((4, 4))))  # W = 0: every margin 0, a slack of 1 each
+    6.0
+    """
+    gaps = margins(problem, W, alpha)
+    return finite_result(np.nansum(np.maximum(0.0, 1.0 - gaps), axis=(-3, -2, -1)), "the total slack",
+                         "W or the problem's tokens are too large (scale them down)")
+
+
+def combine(problem: SequenceProblem, lam: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
+    """sum_c lam_c A_c with the constraint matrices A_c = (x_{i alpha_ik} - x_it) x_ik^T: numpy (..., d, d).
+
+    ``lam``: (..., n, K, T), e.g. the multipliers of ``att_svm``; entries off the constraints
+    (``separation_mask``) are ignored. Computed directly from the tokens (not from the solvers' constraint rows),
+    so W^mm = combine(problem, lam) checks the multipliers of the hard-margin SVM independently.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import causal
+    >>> problem = causal.random_problem(n=2, T=3, d=4, seed=0)
+    >>> causal.combine(problem, np.ones((2, 3, 3))).shape
+    (4, 4)
+    """
+    alpha = _selection(problem, alpha)
+    shape = problem.batch_shape + (problem.n, problem.K, problem.T)
+    lam = as_tensor(lam, "lam", device=problem.X.device)
+    require_shape(lam, "lam", shape, "one multiplier per (sequence, query, token)")
+    _memory(2.0 * np.prod(shape, dtype=float) * problem.d, "problem (its constraint rows, (..., n, K, T, d))")
+    lam = lam.masked_fill(~separation_mask(problem, alpha), 0.0)
+    chosen = torch.gather(problem.X, -2, alpha[..., None].expand(alpha.shape + (problem.d,)))  # (..., n, K, d)
+    deltas = chosen[..., :, None, :] - problem.X[..., None, :, :]  # (..., n, K, T, d)
+    W = torch.einsum("...nkt,...nktd,...nke->...de", lam, deltas, problem.queries)
+    return finite_result(_no_grad_numpy(W), "sum_c lam_c A_c", "lam or the problem's tokens are too large")
