@@ -1,7 +1,7 @@
 """Sphinx extension for the library's reference pages (api/): the docstrings are plain prose with ``code`` and
 doctest examples, so the characters that reStructuredText would read as markup in prose (``|x|`` a substitution,
 ``*`` emphasis) are taken literally. Doctest blocks (from a ``>>>`` line to the next blank line) and ``code``
-spans are left as they are."""
+spans are left as they are; a numpydoc heading (``Examples`` over a line of dashes) becomes a rubric."""
 
 import re
 
@@ -17,6 +17,9 @@ def _escape(app, what, name, obj, options, lines):
     in_example = False
     for k, line in enumerate(lines):
         stripped = line.strip()
+        if stripped and k + 1 < len(lines) and set(lines[k + 1].strip()) == {"-"}:
+            lines[k], lines[k + 1] = f".. rubric:: {stripped}", ""
+            continue
         if stripped.startswith(">>>"):
             in_example = True
         elif not stripped:
