@@ -162,14 +162,9 @@ class Problem(Sequences):
         return f"Problem({batch}n={self.n}, T={self.T}, d={self.d})"
 
 
-
-
 def _seed(value: object, name: str = "seed") -> int:
-    """`checks.seed`, bounded by what torch's generator takes (derived seeds such as seed + 1 must fit too)."""
-    value = _checks.seed(value, name)
-    if value >= 2**63:
-        raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
-    return value
+    """`checks.seed` below 2**63, what torch's generator takes: the library's one check of a seed."""
+    return _checks.seed(value, name, below=2**63)
 
 
 def _seeds(value: object, name: str = "seed") -> list[int]:
@@ -192,8 +187,6 @@ def _sizes(n: object, T: object, d: object) -> tuple[int, int, int]:
 def _batch(batch: object) -> tuple[int, ...]:
     """The batch shape of `batch`: () for None, (batch,) for an integer >= 1."""
     return () if batch is None else (positive_int(batch, "batch"),)
-
-
 
 
 def _workers(value: object) -> int:

@@ -62,8 +62,6 @@ MAX_STEPS = 10**8  # more gradient steps than this would run for hours or days: 
 MAX_RECORDS = 10**7  # recorded iterates kept in memory
 
 
-
-
 def _checked_problem(problem: object, *, min_T: int = 1, why: str = "", needs_Z: bool = False,
                      expected: type = Problem) -> Problem:
     """`problem` checked to be a Problem (or another subclass `expected` of data.Sequences) on the CPU with n >= 1
@@ -90,8 +88,6 @@ def _checked_problem(problem: object, *, min_T: int = 1, why: str = "", needs_Z:
 
 
 _TRAINING = "with one token attention is constant: there is no gradient and no margin"
-
-
 
 
 def _checked_head(head, problem: Problem | None = None, name: str = "head"):

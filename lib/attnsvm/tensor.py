@@ -81,14 +81,6 @@ def _block(value, name: str) -> torch.Tensor:
     return tensor
 
 
-
-
-
-
-
-
-
-
 def _batch(*named) -> tuple:
     """The broadcast batch shape of (name, batch shape) pairs, or a ValueError naming them."""
     try:

@@ -106,8 +106,8 @@ def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
     >>> plots.use_style()
     >>> fig, ax = plt.subplots(figsize=(3, 2))
     >>> data, metadata = plots.png(fig)
-    >>> data[:4], sorted(metadata)
-    (b'\x89PNG', ['width'])
+    >>> data[1:4], sorted(metadata)
+    (b'PNG', ['width'])
     >>> plt.close(fig)
     """
     points = smallest_text(fig)
@@ -143,7 +143,8 @@ def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float
 
 
 def table(header: Sequence[object], rows: Sequence[Sequence[object]], caption: str = "") -> Markdown:
-    """A table the book renders as one (cells may hold $math$), with ``caption`` as a paragraph under it.
+    """A table the book renders as one (cells may hold math in dollar signs), with ``caption`` as a paragraph
+    under it.
     header: the column titles; rows: one sequence of cells per row, as many as titles.
 
     Examples

@@ -14,12 +14,12 @@ from numpy.typing import ArrayLike
 from .. import model
 from .._checks import memory as _memory, number as _positive
 from .._checks import as_tensor, boolean, finite_result, positive_int, require_shape
-from ..data import Problem
+from ..data import Problem, _seed
 from ..model import LOSSES, _loss_kind, _option
 from ..train import LogitGradient, Trajectory, uniform_init
 from ..train import _gradients as gradients
 from ..train._descent import _descend, _recorder  # the training loop of train.gd, which causal.gd runs on
-from ._problems import SequenceProblem, _problem, _seed, _values, candidates
+from ._problems import SequenceProblem, _problem, _values, candidates
 
 __all__ = ["attention", "gd", "logits", "loss", "loss_gradient", "outputs", "weight_gradient"]
 

@@ -11,17 +11,12 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from .._checks import cpu_device as _device, memory as _memory, seed as _checked_seed
+from .._checks import cpu_device as _device, memory as _memory
 from .._checks import as_index, as_tensor, boolean, budget, positive_int, require_shape
-from ..data import Sequences, unit_rows
+from ..data import Sequences, _seed, unit_rows
 
 __all__ = ["Language", "SequenceProblem", "candidates", "next_token_problem", "next_token_problems",
            "optimal_tokens", "random_problem", "scores", "separation_mask", "synthetic_language"]
-
-
-def _seed(value, name: str = "seed") -> int:
-    """A seed torch's generator takes."""
-    return _checked_seed(value, name, below=2**63)
 
 
 def _problem(problem) -> SequenceProblem:

@@ -6,10 +6,9 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from .. import _checks
 from .._checks import cpu_device as _device
 from .._checks import as_tensor, positive_int, require_shape
-from ..data import Problem
+from ..data import Problem, _seed
 from ..model import _checked_problem, _memory_budget, _option
 
 __all__ = ["initial_parameters", "initial_vector", "uniform_init", "PARAMS"]
@@ -52,16 +51,6 @@ def _shape(shape, name: str = "shape") -> tuple:
         raise ValueError(f"{name} must be a tuple (..., d, m) with d >= 1, got {shape}")
     _memory_budget(float(np.prod(shape, dtype=float)), name)
     return shape
-
-
-def _seed(value, name: str = "seed") -> int:
-    """`checks.seed`, below 2**63 (a torch generator's range, with room for the seed + 1 of Q)."""
-    value = _checks.seed(value, name)
-    if value >= 2**63:
-        raise ValueError(f"{name} must be an integer in [0, 2**63), got {value}")
-    return value
-
-
 
 
 def initial_parameters(problem: Problem, param: str, init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None,

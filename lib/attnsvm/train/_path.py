@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from .._checks import as_tensor, budget, positive_float, positive_int
-from ..data import Problem
+from ..data import Problem, _seed
 from ._gradients import _weight_gradient
-from ._initial import PARAMS, _seed, initial_parameters
+from ._initial import PARAMS, initial_parameters
 from ..model import (_TRAINING, LOSSES, MAX_STEPS, _checked_problem, _finite, _logits, _memory_budget, _option,
                     _outputs, _overflow, _risk, _token_values)
 
