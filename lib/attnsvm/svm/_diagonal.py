@@ -1,0 +1,126 @@
+"""The diagonal Att-SVM: the Att-SVM over diagonal key-query matrices W = diag(w).
+
+For W = diag(w) the logit of token t is x_it^T diag(w) z_i = <phi_it, w> with the features phi_it = x_it * z_i
+(entrywise product), so the Att-SVM restricted to diagonal matrices is an SVM on these features,
+
+    w_alpha^p = argmin ||w||_p  s.t.  <phi_{i,alpha_i} - phi_it, w> >= 1  for all i and t != alpha_i,
+
+with ||diag(w)||_F = ||w||_2 (p = 2, the bias of gradient descent on w) and ||diag(w)||_* = ||w||_1 (p = 1, the
+bias of the factorization w = k * q). p = 2 is solved by non-negative least squares, p = 1 by the entrywise l1
+Att-SVM (``att_svm(..., norm=1)``, HiGHS) of the features with the query e_1, whose solution is zero off its
+first column, which is w. ``nonnegative=True`` adds w >= 0 (the reach of a balanced start k = q): a least-distance
+program for p = 2, a linear program (HiGHS through scipy) for p = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from .._checks import as_index, boolean
+from ..data import Problem
+from ..model import _checked_problem
+from ._attention import (InfeasibleSVM, SolverError, _accepted, _least_distance, _pairs, _raise_infeasible,
+                         _unit_scale, att_svm)
+from ._nuclear_svm import _unscale
+
+__all__ = ["diagonal_features", "diagonal_svm", "DIAGONAL_NORMS"]
+
+DIAGONAL_NORMS = (1, 2)  # the exponents p of the diagonal Att-SVM: ||w||_1 = ||diag(w)||_*, ||w||_2 = ||diag(w)||_F
+
+
+def diagonal_features(problem: Problem) -> torch.Tensor:
+    """The features phi_it = x_it * z_i (entrywise) of the diagonal model, shape (..., n, T, d): the logit of
+    token t under W = diag(w) is ``phi[..., i, t, :] @ w``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, model, svm
+    >>> problem = data.random_problem(n=2, T=3, d=4, seed=0)
+    >>> phi = svm.diagonal_features(problem)
+    >>> w = torch.arange(4.0, dtype=torch.float64)
+    >>> phi.shape, bool(torch.allclose(phi @ w, model.logits(problem, torch.diag(w))))
+    (torch.Size([2, 3, 4]), True)
+    """
+    problem = _checked_problem(problem, needs_Z=True)
+    return problem.X * problem.Z[..., None, :]
+
+
+def _norm(norm) -> int:
+    """`norm` checked to be 1 or 2 (an int or a float equal to one, not a bool)."""
+    ok = isinstance(norm, (int, float, np.integer, np.floating)) and not isinstance(norm, (bool, np.bool_))
+    if not ok or norm not in DIAGONAL_NORMS:
+        raise ValueError(f"norm={norm!r} is not supported: the diagonal Att-SVM takes norm=2 (||w||_2, the "
+                         f"Frobenius norm of diag(w)) or norm=1 (||w||_1, its nuclear norm)")
+    return int(norm)
+
+
+def _nonnegative_l1(A: np.ndarray):
+    """min sum(w) s.t. A w >= 1, w >= 0 by HiGHS: w, or None where no such w exists."""
+    from scipy.optimize import linprog
+
+    k, d = A.shape
+    result = linprog(np.ones(d), A_ub=-A, b_ub=-np.ones(k), bounds=[(0, None)] * d, method="highs",
+                     options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    if result.status == 2:  # infeasible
+        return None
+    if result.status != 0:
+        raise SolverError(f"HiGHS stopped with status {result.status} ({result.message}) on the non-negative l1 "
+                          f"diagonal Att-SVM")
+    return np.maximum(result.x, 0.0)
+
+
+def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegative: bool = False) -> np.ndarray:
+    """The diagonal Att-SVM w_alpha^p (..., d): the w of least ``norm`` (2: ||w||_2; 1: ||w||_1) with margins
+    <phi_{i,alpha_i} - phi_it, w> >= 1 (``diagonal_features``), i.e. the Att-SVM over W = diag(w) with the
+    Frobenius (2) or nuclear (1) norm. ``alpha``: the selected token of each sequence (..., n).
+    ``nonnegative``: also ask w >= 0. Raises InfeasibleSVM (its ``.instances`` lists the batch instances) where
+    no such w exists; the l1 solution (a linear program) may not be unique, and this is the one HiGHS returns.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.random_problem(n=5, T=2, d=12, seed=1)
+    >>> alpha = theory.optimal_tokens(problem)
+    >>> w2, w1 = svm.diagonal_svm(problem, alpha), svm.diagonal_svm(problem, alpha, norm=1)
+    >>> w2.shape, int((np.abs(w2) > 1e-9).sum()), int((np.abs(w1) > 1e-9).sum())
+    ((12,), 12, 5)
+    >>> bool(np.abs(w1).sum() <= np.abs(w2).sum())
+    True
+    """
+    problem = _checked_problem(problem, min_T=2, why="with one token there is nothing to separate", needs_Z=True)
+    norm, nonnegative = _norm(norm), boolean(nonnegative, "nonnegative")
+    batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
+    alpha = as_index(alpha, "alpha", batch + (n,), T).reshape(-1, n)
+    phi = diagonal_features(problem).detach().cpu().numpy().reshape(-1, n, T, d)
+    if norm == 1 and not nonnegative:  # the l1 Att-SVM of the features, with the query e_1: W = [w, 0, ..., 0]
+        queries = np.zeros((len(phi), n, d))
+        queries[..., 0] = 1.0
+        try:
+            W = att_svm(phi, queries, alpha, norm=1, solver="highs")
+        except InfeasibleSVM as err:
+            raise InfeasibleSVM(f"the diagonal Att-SVM is infeasible for batch instances {list(err.instances)}: no "
+                                f"diagonal W separates the selected tokens alpha from the others",
+                                err.instances) from None
+        return W[..., :, 0].reshape(batch + (d,))
+    solutions = []
+    for phi_b, alpha_b in zip(phi, alpha):
+        (phi_b,), e = _unit_scale(phi_b)
+        A = _pairs(phi_b, np.zeros((n, d)), alpha_b)[0]
+        if norm == 2:
+            rows, h = (np.vstack([A, np.eye(d)]), np.r_[np.ones(len(A)), np.zeros(d)]) if nonnegative else (A, None)
+            solution = _least_distance(rows, h)
+            w = None if solution is None else (np.maximum(solution[0], 0.0) if nonnegative else solution[0])
+        else:
+            w = _nonnegative_l1(A)
+        if w is not None:
+            w = w / _accepted((A @ w).min(), "the diagonal Att-SVM solution has a margin")
+            w = _unscale(w, e, "the diagonal Att-SVM solution for this problem")
+        solutions.append(w)
+    _raise_infeasible(solutions, batch, "the diagonal Att-SVM" + (" with w >= 0" if nonnegative else ""),
+                      "no diagonal W" + (" with non-negative entries" if nonnegative else "") + " separates the "
+                      "selected tokens alpha from the others with margin 1")
+    return np.array(solutions).reshape(batch + (d,))

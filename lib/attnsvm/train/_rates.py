@@ -1,0 +1,85 @@
+"""Least-squares rates: a straight line fitted on the axes where a convergence law is straight.
+
+An exponential rate y ~ C e^{-r k} is a line in (k, log y); a power law y ~ C k^{-p} a line in (log k, log y);
+a logarithmic growth y ~ c log k a line in (log k, y). ``fit_line`` takes the data and the two axes' scales and
+returns the slope, the intercept and the coefficient of determination of the fit on those axes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .._checks import option
+
+__all__ = ["Fit", "fit_line", "SCALES"]
+
+SCALES = ("linear", "log")
+
+
+class Fit(NamedTuple):
+    """A least-squares line Y = slope X + intercept on the transformed axes, and its R^2 (1 = exact line).
+
+    Examples
+    --------
+    >>> from attnsvm import train
+    >>> train.Fit._fields
+    ('slope', 'intercept', 'r2')
+    """
+
+    slope: float
+    intercept: float
+    r2: float
+
+
+def _axis(values: ArrayLike, name: str, scale: str) -> np.ndarray:
+    """`values` as a finite 1-d float array, its natural log for scale "log" (all entries must be > 0)."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a 1-d array of real numbers, got {type(values).__name__}") from err
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-d (one value per point), got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite entries: pass finite values only")
+    if scale == "log":
+        if not (array > 0).all():
+            raise ValueError(f'{name} must be > 0 for {name[0]}_scale="log" (its logarithm is fitted), got '
+                             f"min {array.min()!r}")
+        array = np.log(array)
+    return array
+
+
+def fit_line(x: ArrayLike, y: ArrayLike, *, x_scale: str = "linear", y_scale: str = "log") -> Fit:
+    """Fit Y = slope X + intercept by least squares, X = x or log x (``x_scale`` "linear" or "log"), and
+    Y = y or log y (``y_scale``); natural logs. ``x`` and ``y``: 1-d arrays of the same length, at least three
+    points, x not all equal.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import train
+    >>> k = np.arange(1.0, 50.0)
+    >>> fit = train.fit_line(k, 3.0 * np.exp(-0.2 * k))  # exponential: a line in (k, log y)
+    >>> round(fit.slope, 6), round(fit.r2, 6)
+    (-0.2, 1.0)
+    >>> round(train.fit_line(k, k**-2.0, x_scale="log").slope, 6)  # a power law
+    -2.0
+    """
+    x_scale, y_scale = option(x_scale, "x_scale", SCALES), option(y_scale, "y_scale", SCALES)
+    X, Y = _axis(x, "x", x_scale), _axis(y, "y", y_scale)
+    if X.shape != Y.shape:
+        raise ValueError(f"x and y must have the same length, got {X.size} and {Y.size}")
+    if X.size < 3:
+        raise ValueError(f"x and y must hold at least 3 points (a line through 2 says nothing), got {X.size}")
+    if np.ptp(X) == 0:
+        raise ValueError("x must not be constant (the slope would be undefined)")
+    Xc, Yc = X - X.mean(), Y - Y.mean()
+    slope = float((Xc @ Yc) / (Xc @ Xc))
+    intercept = float(Y.mean() - slope * X.mean())
+    total = float(Yc @ Yc)
+    residual = float(((Yc - slope * Xc) ** 2).sum())
+    r2 = 1.0 if total == 0 else 1.0 - residual / total
+    return Fit(slope, intercept, r2)
