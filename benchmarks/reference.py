@@ -44,3 +44,39 @@ def gd(X, Y, Z, v, *, steps: int, lr: float, W0=None, K0=None, Q0=None, V=None, 
                 if norm > 0:
                     p -= lr * g / (norm + eps)
     return torch.stack(iterates)
+
+
+def mirror_descent(X, Y, Z, v, *, p: float, steps: int, lr: float, W0=None, K0=None, Q0=None,
+                   eps: float = 2.220446049250313e-16) -> torch.Tensor:
+    """The authors' loop of normalized mirror descent with potential ||.||_p^p for ONE problem, on W (given W0) or
+    on (K, Q) (given K0, Q0, with the ridge eps (||K||^2 + ||Q||^2)): autograd's gradient g, divided by its dual
+    norm ||g||_q + eps (q = p / (p - 1)), then w' = sign(w)|w|^(p-1) - lr g, w = sign(w')|w'|^(1/(p-1)) for each
+    parameter; returns the iterates W(k) (steps + 1, d, d)."""
+    params = [w.clone() for w in ((W0,) if W0 is not None else (K0, Q0))]
+    q = p / (p - 1)
+    iterates = []
+    for _ in range(steps + 1):
+        leaves = [w.clone().requires_grad_(True) for w in params]
+        W = leaves[0] if W0 is not None else leaves[0] @ leaves[1].T
+        iterates.append(W.detach().clone())
+        loss = _loss(X, Y, Z, v, W)
+        if W0 is None:
+            loss = loss + eps * sum((w * w).sum() for w in leaves)
+        grads = torch.autograd.grad(loss, leaves)
+        with torch.no_grad():
+            for k, g in enumerate(grads):
+                norm = torch.linalg.vector_norm(g, q) + eps
+                g = g / norm if norm > 0 else g  # (eps = 0 and a zero gradient, e.g. of Q at K = 0)
+                dual = torch.sign(params[k]) * params[k].abs() ** (p - 1) - lr * g
+                params[k] = torch.sign(dual) * dual.abs() ** (1 / (p - 1))
+    return torch.stack(iterates)
+
+
+def lp_svm(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray, p: float) -> np.ndarray | None:
+    """The entrywise lp Att-SVM of one problem by cvxpy's pnorm + Clarabel (one constraint per token pair)."""
+    n, T, d = X.shape
+    W = cp.Variable((d, d))
+    constraints = [(X[i, alpha[i]] - X[i, t]) @ W @ Z[i] >= 1 for i in range(n) for t in range(T) if t != alpha[i]]
+    problem = cp.Problem(cp.Minimize(cp.pnorm(cp.vec(W, order="C"), p)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return W.value if problem.status == cp.OPTIMAL else None

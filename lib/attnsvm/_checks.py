@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 __all__ = ["as_index", "as_tensor", "boolean", "budget", "choice", "cpu_device", "finite_result", "memory",
-           "nonnegative_float", "number", "option", "positive_float", "positive_int", "require_shape", "seed",
-           "MAX_BYTES"]
+           "nonnegative_float", "number", "on_cpu", "option", "positive_float", "positive_int", "require_shape",
+           "seed", "MAX_BYTES"]
 
 MAX_BYTES = 2 * 2**30  # float64 arrays one call may allocate; a larger request is refused before the work
 
@@ -16,9 +16,7 @@ def as_tensor(value, name: str, *, device=None) -> torch.Tensor:
     """Return `value` as a float64 torch tensor, rejecting non-numeric and non-finite input and tensors on another
     device than the CPU. A tensor that requires grad keeps its graph (the model's functions are differentiable);
     functions that leave torch (numpy, cvxpy) must call `.detach()` themselves."""
-    if torch.is_tensor(value) and value.device.type != "cpu":
-        raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
-                         f"{name}.cpu()")
+    on_cpu(value, name)
     try:
         tensor = value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError) as err:
@@ -32,9 +30,18 @@ def as_tensor(value, name: str, *, device=None) -> torch.Tensor:
     return tensor
 
 
+def on_cpu(value, name: str):
+    """`value`, unless it is a tensor on another device than the CPU (e.g. 'meta', which holds no data): then a
+    ValueError naming `name`."""
+    if torch.is_tensor(value) and value.device.type != "cpu":
+        raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
+                         f"{name}.cpu()")
+    return value
+
+
 def as_index(value, name: str, shape: tuple, upper: int) -> np.ndarray:
     """Return `value` as an int64 numpy array of the given shape with entries in [0, upper)."""
-    array = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+    array = on_cpu(value, name).detach().numpy() if torch.is_tensor(value) else np.asarray(value)
     if array.dtype.kind not in "iu":
         if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
             array = array.astype(np.int64)

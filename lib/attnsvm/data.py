@@ -417,7 +417,8 @@ def loss_example_problem(C: float) -> Problem:
     >>> problem, theory.token_scores(problem).tolist()
     (Problem(n=2, T=2, d=3), [[0.0, 2.0], [0.0, 1.0]])
     """
-    return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, _real(C, "C")], [0.0, 1.0]])
+    C = _nonnegative(C, "C", positive=True)  # C <= 0 would make the first token optimal in sequence 1
+    return _prompt_problem([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]]], [[0.0, C], [0.0, 1.0]])
 
 
 def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Problem:

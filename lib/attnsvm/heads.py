@@ -65,7 +65,7 @@ class Head:
         [[1.0, 1.0], [0.0, 1.0]]
         """
         a = self._points(a)
-        return self._finite(a, self._gradient(a))[0]
+        return self._finite(a, self._gradient(a), a)[0]  # a too: a gradient may not depend on it
 
     def value_and_gradient(self, a: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
         """``value(a)`` and ``gradient(a)`` together (one check of ``a``; they may share work).

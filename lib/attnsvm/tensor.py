@@ -47,7 +47,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from ._checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
-from ._checks import as_tensor, budget, choice, finite_result, positive_float, positive_int
+from ._checks import as_tensor, budget, choice, finite_result, on_cpu, positive_float, positive_int
 
 __all__ = ["Ascent", "Comparison", "Estimate", "Instance", "Study", "alpha", "attention_row", "attention_study",
            "descend", "empirical_lipschitz", "f", "gap_study", "gradient", "h", "hessian", "hessian_norm",
@@ -951,7 +951,8 @@ def descend(instance: Instance, x0: ArrayLike, *, lr: float, steps: int, loss: s
                 raise FloatingPointError("x overflowed float64")
             losses.append(_entry_loss(Aj, x, hv, b, loss, attention))
         except FloatingPointError as err:
-            raise FloatingPointError(f"descend diverged at step {k + 1} ({err}): lower lr (got {lr!r})") from err
+            raise FloatingPointError(f"descend diverged at step {k + 1} ({err}): lower lr (got {lr!r}), or scale the "
+                                     f"instance (its Aj) or x0 down") from err
     return torch.stack(losses), x
 
 
@@ -961,7 +962,7 @@ def _values(values, name: str, convert: Callable) -> list:
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a list of numbers, got {values!r}")
     if torch.is_tensor(values) or isinstance(values, np.ndarray):
-        values = values.tolist() if values.ndim == 1 else [values]  # a 0-d or 2-d array is not a list: refused
+        values = on_cpu(values, name).tolist() if values.ndim == 1 else [values]  # 0-d, 2-d: not a list, refused
     values = [convert(value, name) for value in values]
     if not values:
         raise ValueError(f"{name} must not be empty")

@@ -345,7 +345,7 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
     choice(selection, "selection", ("optimal", "random"))
     count, max_draws, seed = positive_int(count, "count"), positive_int(max_draws, "max_draws"), _seed(seed)
     budget(max_draws, "max_draws", MAX_DRAWS, "random problems")
-    _memory(max_draws * n * (T + 1) * d, "max_draws")
+    _memory(max_draws * n * (T + 1) * d, "max_draws, n, T and d")
     batch = data.random_problem(n, T, d, seed=seed, batch=max_draws)
     alpha = optimal_tokens(batch) if selection == "optimal" else data.random_selection(batch, seed=seed + 1)
     found, start, size = [], 0, count

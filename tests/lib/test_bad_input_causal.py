@@ -250,6 +250,24 @@ def test_diverging_searches_name_the_step_size():
         tensor.descend(INST, X0[0], lr=1e306, steps=5, loss="squared", attention="linear")
 
 
+def test_census_defects_name_their_argument():
+    """The bad-input census: selects_optimal(problem, None) answered "all True" (None compared the optimal tokens
+    with themselves); tokens x 1e-160 made att_svm and penalty_threshold infeasible, and tokens x 1e160 made gd and
+    descend diverge, with messages that blamed lr or "tiny tokens" without naming the problem or instance."""
+    with pytest.raises(TypeError, match=r"^alpha is missing \(None\)"):
+        causal.selects_optimal(P, None)
+    tiny = causal.SequenceProblem(P.X * 1e-160, P.V * 1e-160)
+    with pytest.raises(svm.InfeasibleSVM, match=r"rescale the problem's tokens"):
+        causal.att_svm(tiny)
+    with pytest.raises(svm.InfeasibleSVM, match=r"rescale the problem's tokens"):
+        causal.penalty_threshold(tiny)
+    with pytest.raises(FloatingPointError, match=r"^gd diverged at step \d+ .*lower lr .*the problem's tokens"):
+        causal.gd(causal.SequenceProblem(P.X * 1e160, P.V), steps=20, lr=0.5)
+    huge = tensor.Instance(INST.Aj * 1e160, INST.h, INST.b)
+    with pytest.raises(FloatingPointError, match=r"^descend diverged at step \d+ .*lower lr .*\binstance\b"):
+        tensor.descend(huge, torch.zeros(4, dtype=torch.float64), lr=0.1, steps=5)
+
+
 # ------------------------------------------------------------------ part 2: hypothesis, one property per function
 
 NUMBERS = [None, "0.5", "abc", True, False, float("nan"), float("inf"), -float("inf"), -1.0, 0.0, -1e-300, 1e-300,

@@ -327,6 +327,35 @@ def test_ranks_names_its_bad_arguments(make, error, pattern):
         make()
 
 
+# ------------------------------------------------------------------ defects the bad-input census found (tools/bad_input_census.py)
+
+META = torch.tensor([0.5], dtype=torch.float64).to("meta")
+
+
+@pytest.mark.parametrize("make, error, pattern", [
+    (lambda: heads.Linear([1.0, -1.0]).gradient(torch.tensor([[math.nan, 1.0]], dtype=torch.float64)), ValueError,
+     r"^a contains 1 NaN"),
+    (lambda: heads.ReLU(EYE[:2, :2]).gradient(torch.tensor([[math.inf, 1.0]], dtype=torch.float64)), ValueError,
+     r"^a contains 1 NaN"),
+    (lambda: data.loss_example_problem(0.0), ValueError, r"^C must be a finite number > 0, got 0.0"),
+    (lambda: data.loss_example_problem(-1.0), ValueError, r"^C must be a finite number > 0, got -1.0"),
+    (lambda: theory.sample_feasible(10**12, 3, 2, count=2, seed=0), ValueError, r"^max_draws, n, T and d asks for"),
+    (lambda: theory.sample_feasible(4, 3, 10**12, count=2, seed=0), ValueError, r"^max_draws, n, T and d asks for"),
+    (lambda: mt.search(4, 10**12, chunk=8), ValueError, r"^count=1000000000000 .* max_candidates=1000000\b"),
+    (lambda: mt.lambda_sweep(META, batch=4, steps=100), ValueError, r"^lams is on the device 'meta'"),
+    (lambda: mt.token_pairs(P.X, P.Z, torch.ones(n, T, dtype=torch.bool).to("meta")), ValueError,
+     r"^relevant is on the device 'meta'"),
+    (lambda: ranks.grid([(10**6, 10**3, 10**3)], count=2), ValueError,
+     r"^points\[0\]=\(1000000, 1000, 1000\): chunk \(or max_draws\), n, T and d asks for"),
+])
+def test_census_defects_name_their_argument(make, error, pattern):
+    """The gradient of a Linear or ReLU head ignored NaN in a (a finite result), C <= 0 built a problem whose first
+    token is optimal, huge n/T/d blamed max_draws alone, search(count=10**12) ran for hours before giving up, 'meta'
+    tensors met torch's NotImplementedError, a grid point too large to hold did not say which point."""
+    with pytest.raises(error, match=pattern):
+        make()
+
+
 # ------------------------------------------------------------------ property tests
 
 BAD_SCALARS = [None, True, False, "3", "abc", b"3", 1.5, -1, 0, -2.5, math.nan, math.inf, -math.inf, 10**12,

@@ -358,6 +358,25 @@ def test_an_empty_batch_gives_empty_results():
     assert svm.prompt_svm(X[:0], np.eye(d), alpha[:0]).shape == (0, d)
 
 
+@pytest.mark.parametrize("call", [
+    lambda p, alpha: svm.att_svm(p, alpha), lambda p, alpha: svm.att_svm(p.X, p.Z, alpha),
+    lambda p, alpha: svm.constraint_matrix(p, alpha), lambda p, alpha: svm.feasible(p, alpha),
+    lambda p, alpha: svm.head_svm(p, alpha), lambda p, alpha: svm.prompt_svm(p, np.eye(d), alpha),
+])
+def test_alpha_on_the_meta_device_is_named(call):
+    """The bad-input census: a 'meta' alpha met torch's NotImplementedError ("Cannot copy out of meta tensor")."""
+    problem = data.random_problem(n, T, d, seed=0)
+    with pytest.raises(ValueError, match=r"^alpha is on the device 'meta'"):
+        call(problem, theory.optimal_tokens(problem).to("meta"))
+
+
+def test_hard_margin_of_tiny_rows_names_rows():
+    """The bad-input census: rows x 1e-160 (a solution of norm 1e160, beyond MAX_NORM) raised InfeasibleSVM without
+    saying which argument to rescale."""
+    with pytest.raises(svm.InfeasibleSVM, match=r"\brows\b.*rescale them"):
+        svm.penalty_threshold(np.array([[1.0, 0.0], [0.0, 2.0]]) * 1e-160)
+
+
 # ------------------------------------------------------------------ property tests, one per public function
 
 X0, Z0, ALPHA0, Y0 = _problem()

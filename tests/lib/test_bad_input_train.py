@@ -396,6 +396,15 @@ def test_why_not_compiled_checks_its_options():
     assert compiled.why_not_compiled("W", None, "exact", "cpu") is None
 
 
+def test_fit_line_takes_tensors_that_require_grad_and_names_a_meta_tensor():
+    """The bad-input census (tools/bad_input_census.py): fit_line(x, y) with a tensor that requires grad met
+    torch's "Can't call numpy() on Tensor that requires grad"; a 'meta' tensor met numpy's error."""
+    k = torch.arange(1.0, 50.0, dtype=torch.float64).requires_grad_()
+    assert round(train.fit_line(k, 3.0 * torch.exp(-0.2 * k)).slope, 12) == -0.2
+    with pytest.raises(ValueError, match=r"^y is on the device 'meta'"):
+        train.fit_line(k.detach(), k.detach().to("meta"))
+
+
 # ------------------------------------------------------------------ every public function, bad and extreme input
 
 test_as_key_query = _check(model.as_key_query, {"problem": PROB, "W": WEIGHTS})

@@ -32,6 +32,9 @@ the separation constraints.
 from ..model import MAX_RECORDS, MAX_STEPS
 from ..svm import OBJECTIVES, SOLVER_FLOATS
 from ._model import attention, gd, logits, loss, loss_gradient, outputs, weight_gradient
+from ._next_token import (GRAPH_NORMS, NTPProblem, finite_part, finite_subspace, graph_svm, ntp_attention, ntp_gd,
+                          ntp_gradient, ntp_logits, ntp_loss, ntp_probabilities, ntp_problem, priority_components,
+                          priority_graphs, retrieved)
 from ._preferences import (MAX_GRAPH_STEPS, MAX_ORDER_TOKENS, conflicts, max_positive_margins, preference_cycle,
                            selects_optimal)
 from ._problems import (Language, SequenceProblem, candidates, next_token_problem, next_token_problems,
@@ -44,3 +47,6 @@ __all__ = ["Language", "SequenceProblem", "att_svm", "attention", "candidates", 
            "random_problem", "scores", "selects_optimal", "separation_mask", "synthetic_language", "total_slack",
            "violations", "weight_gradient", "OBJECTIVES", "SLACKS", "SOLVER_FLOATS", "MAX_STEPS", "MAX_RECORDS",
            "MAX_GRAPH_STEPS", "MAX_ORDER_TOKENS"]
+__all__ += ["NTPProblem", "finite_part", "finite_subspace", "graph_svm", "ntp_attention", "ntp_gd", "ntp_gradient",
+            "ntp_logits", "ntp_loss", "ntp_probabilities", "ntp_problem", "priority_components", "priority_graphs",
+            "retrieved", "GRAPH_NORMS"]  # next-token prediction with one query (_next_token)

@@ -303,7 +303,8 @@ def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = Tr
             except ValueError as err:  # the arguments are checked: only overflowing logits get here
                 raise FloatingPointError(str(err)) from err
         except FloatingPointError as err:
-            raise FloatingPointError(f"gd diverged at step {k} ({err}): lower lr (got {lr!r})") from err
+            raise FloatingPointError(f"gd diverged at step {k} ({err}): lower lr (got {lr!r}), or scale the problem's "
+                                     f"tokens (or init) down") from err
         return (G,), log_scale, record
     _descend((W,), evaluate, recorder, steps, lr, normalized)
     return recorder.trajectory()

@@ -36,6 +36,9 @@ def selects_optimal(problem: SequenceProblem, alpha: ArrayLike) -> torch.Tensor:
     >>> causal.selects_optimal(problem, torch.zeros(2, 3, dtype=torch.int64))[:, 0].tolist()  # query 0: token 0
     [True, True]
     """
+    if alpha is None:  # elsewhere None means the optimal tokens: compared with themselves, a silent "all True"
+        raise TypeError("alpha is missing (None): selects_optimal(problem, alpha) says whether the selection alpha "
+                        "(..., n, K) picks the optimal tokens; pass one, e.g. a training run's selection")
     alpha = _selection(problem, alpha)
     return _copies(problem, optimal_tokens(problem)).gather(-1, alpha[..., None])[..., 0]
 

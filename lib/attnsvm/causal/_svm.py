@@ -137,7 +137,7 @@ def _raise_infeasible(solutions: list, batch: tuple) -> None:
             f"candidates (typically the same query token must prefer a over b in one prefix and b over a in "
             f"another; `preference_cycle` finds such a conflict). Pass C for the soft-margin SVM. (Numerically, "
             f"infeasible also means that every separating W has ||W||_F > {svm.MAX_NORM:g}, as for tiny tokens: "
-            f"rescale them to entries near 1.)", infeasible)
+            f"rescale the problem's tokens to entries near 1.)", infeasible)
 
 
 def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: float | None = None,

@@ -28,7 +28,7 @@ from joblib import Parallel, delayed
 from numpy.typing import ArrayLike
 
 from .. import data, heads, svm, theory, train
-from .._checks import as_tensor, budget, finite_result, positive_int
+from .._checks import as_tensor, budget, finite_result, on_cpu, positive_int
 from .._session import _task_numerics
 from ..data import _memory, _nonnegative, _seed, _seeds, _workers
 from ..train._initial import uniform_init
@@ -221,6 +221,9 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
     d, count = positive_int(d, "d"), positive_int(count, "count")
     chunk = positive_int(chunk, "chunk")
     start, max_candidates = _seed(start, "start"), positive_int(max_candidates, "max_candidates")
+    if count > max_candidates:  # refused now: the search would try every candidate before giving up
+        raise ValueError(f"count={count} accepted seeds cannot be found among max_candidates={max_candidates} "
+                         f"candidates: lower count or raise max_candidates")
     _run_memory(chunk, d, "chunk and d")
     end = start + max_candidates
     n_jobs = None if workers is None else min(_workers(workers), -(-max_candidates // chunk))
@@ -380,8 +383,9 @@ def token_pairs(X: ArrayLike, Z: ArrayLike, relevant: ArrayLike) -> TokenPairs:
     (12, 0, (4, 9))
     """
     X, Z = as_tensor(X, "X").detach().numpy(), as_tensor(Z, "Z").detach().numpy()
+    on_cpu(relevant, "relevant")
     try:
-        O = relevant.detach().cpu().numpy() if torch.is_tensor(relevant) else np.asarray(relevant)
+        O = relevant.detach().numpy() if torch.is_tensor(relevant) else np.asarray(relevant)
     except (TypeError, ValueError):
         O = np.asarray(None)
     if X.ndim != 3 or 0 in X.shape or Z.shape != (X.shape[0], X.shape[2]) or O.shape != X.shape[:2]:
@@ -526,7 +530,7 @@ def lambda_sweep(lams: ArrayLike, *, batch: int = 200, seed: int = 0, T: int = 6
     >>> list(sweep), tuple(sweep[0.5].s.shape)
     ([0.0, 0.5], (4, 1, 6))
     """
-    items = lams.tolist() if isinstance(lams, (np.ndarray, torch.Tensor)) else lams
+    items = on_cpu(lams, "lams").tolist() if isinstance(lams, (np.ndarray, torch.Tensor)) else lams
     if not isinstance(items, (list, tuple, range)):
         raise ValueError(f"lams must be a non-empty list of distinct numbers >= 0, got {lams!r}")
     lams = [_nonnegative(lam, f"lams[{k}]") for k, lam in enumerate(items)]

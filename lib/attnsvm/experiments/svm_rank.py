@@ -44,12 +44,18 @@ class Spectra(NamedTuple):
     draws: int
 
 
-def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
-    """The arguments of ``feasible_problems``, checked (sizes, budgets), as ints."""
-    n, T, d = _sizes(n, T, d)
+def _counts(count, max_draws, chunk) -> tuple[int, ...]:
+    """``count``, ``max_draws`` and ``chunk``, checked, as ints."""
     count, max_draws, chunk = (positive_int(value, name) for value, name in
                                ((count, "count"), (max_draws, "max_draws"), (chunk, "chunk")))
     budget(max_draws, "max_draws", theory.MAX_DRAWS, "random problems")
+    return count, max_draws, chunk
+
+
+def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
+    """The arguments of ``feasible_problems``, checked (sizes, budgets), as ints."""
+    n, T, d = _sizes(n, T, d)
+    count, max_draws, chunk = _counts(count, max_draws, chunk)
     _memory(min(chunk, max_draws) * n * (T + 1) * d, "chunk (or max_draws), n, T and d")
     _memory(min(count, max_draws) * 2 * d * d, "count and d")  # the solutions of the feasible problems
     return n, T, d, count, max_draws, chunk
@@ -137,12 +143,12 @@ def grid(points: Iterable[tuple[int, int, int]], *, count: int = 100, max_draws:
         points = []
     if not points or any(len(point) != 3 for point in points):
         raise ValueError("points must be a non-empty list of (n, T, d) triples, e.g. [(5, 5, 10), (5, 5, 20)]")
+    _counts(count, max_draws, chunk)
     for k, point in enumerate(points):  # here, before any work, so that the error names the argument
         try:
-            _sizes(*point)
+            _arguments(*point, count, max_draws, chunk)  # the point's sizes and memory
         except ValueError as err:
             raise ValueError(f"points[{k}]={point}: {err}") from None
-        _arguments(*point, count, max_draws, chunk)
     n_jobs = None if workers is None else min(_workers(workers), len(points))
     tasks = (delayed(_point_spectra)(point, count, max_draws, chunk) for point in points)
     return dict(zip(points, Parallel(n_jobs=n_jobs, batch_size=1)(tasks)))

@@ -16,11 +16,15 @@ Examples
 (True, (3, 3))
 """
 
+from ._diagonal import DIAGONAL_NORMS, diagonal_features, diagonal_svm
 from ._attention import (GAP_TOL, MAX_NORM, MEMORY, POLISH_TOL, SCALES, SOLVERS, GeneralSVM, InfeasibleSVM,
                          SolverError, att_svm, constraint_matrix, feasible, general_svm, head_svm, prompt_svm)
 from ._nuclear_svm import MARGIN_TOL
 from ._soft_margin import OBJECTIVES, SOLVER_FLOATS, penalty_threshold, soft_margin_svm
+from ._spectral import SPECTRAL_SOLVERS, spectral_att_svm
 
 __all__ = ["GeneralSVM", "InfeasibleSVM", "SolverError", "att_svm", "constraint_matrix", "feasible", "general_svm",
            "head_svm", "prompt_svm", "SOLVERS", "MAX_NORM", "SCALES", "MEMORY", "MARGIN_TOL",
-           "soft_margin_svm", "penalty_threshold", "OBJECTIVES", "SOLVER_FLOATS", "GAP_TOL", "POLISH_TOL"]
+           "soft_margin_svm", "penalty_threshold", "OBJECTIVES", "SOLVER_FLOATS", "GAP_TOL", "POLISH_TOL",
+           "spectral_att_svm", "SPECTRAL_SOLVERS",
+           "diagonal_svm", "diagonal_features", "DIAGONAL_NORMS"]

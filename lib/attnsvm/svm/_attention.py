@@ -339,7 +339,8 @@ def _solve_ipm(instances, d: int):
     return solutions
 
 
-def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None, norm: str = "fro",
+def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None,
+            norm: str | float = "fro",
             *, solver: str | None = None, return_multipliers: bool = False,
             options: dict | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
@@ -347,7 +348,11 @@ def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike
     ``att_svm(X, Z, alpha)``: X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the selected
     token of each sequence; or ``att_svm(problem, alpha)`` with an ``attnsvm.data.Problem`` (its X and Z; then pass
     ``norm`` by keyword). ``norm``: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization,
-    rank unconstrained). ``solver``: see ``SOLVERS``; default "nnls" for "fro" and "ipm" (the library's
+    rank unconstrained), or a number p >= 1 or ``float('inf')``: the entrywise lp norm of W (mirror descent with
+    potential ||W||_p^p; p = 2 gives the "fro" solution to solver tolerance), solved by Clarabel ("clarabel", the
+    default) or, for the linear programs p = 1 and infinity, by HiGHS ("highs"), for 1 < p < infinity by L-BFGS-B
+    on the dual ("dual", several times faster); its multipliers make A^T lambda a
+    subgradient of the lp norm at W. ``solver``: see ``SOLVERS``; default "nnls" for "fro" and "ipm" (the library's
     interior-point method) for "nuc". ``return_multipliers``: also return the KKT multipliers lambda (..., n, T)
     (0 at alpha), for which A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
     ``options``: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
@@ -370,8 +375,15 @@ def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike
     >>> W_nuc, lam = svm.att_svm(problems, alpha, norm="nuc", return_multipliers=True)
     >>> lam.shape, bool((lam >= 0).all())
     ((4, 2, 3), True)
+    >>> W_1 = svm.att_svm(problems, alpha, norm=1)  # the l1 Att-SVM, a linear program
+    >>> bool(np.abs(W_1).sum() <= np.abs(W).sum() * (1 + 1e-8))
+    True
     """
     X, Z, alpha = _unpack("att_svm", X, Z, alpha, field="Z", middle_name="Z", last_name="alpha")
+    from . import _entrywise  # here: it imports this module's helpers
+    if _entrywise.is_exponent(norm):  # an entrywise lp norm
+        return _entrywise.entrywise_svm(X, Z, alpha, norm, solver=solver, return_multipliers=return_multipliers,
+                                        options=options)
     norm = _option(norm, "norm", tuple(SOLVERS))
     solver = SOLVERS[norm][0] if solver is None else _option(solver, "solver", SOLVERS[norm])
     return_multipliers = boolean(return_multipliers, "return_multipliers")

@@ -279,7 +279,8 @@ def _solve(rows: _Rows, C, objective: str, groups):
         solution = _hard(rows)
         if solution is None:
             raise InfeasibleSVM(f"the hard-margin SVM is infeasible: no w satisfies all {len(rows)} constraints "
-                                f"a_c^T w >= 1 (or only one with ||w|| > MAX_NORM); pass C for a soft margin", [0])
+                                f"a_c^T w >= 1 of rows (or only one with ||w|| > MAX_NORM, as for rows of tiny "
+                                f"entries: rescale them to entries near 1); pass C for a soft margin", [0])
     elif groups is not None:
         solution = _grouped_slack(rows, groups, C, objective)
     elif objective == "squared":

@@ -13,11 +13,18 @@ Examples
 """
 
 from ._cpu_loop import why_not_compiled
+from ._diagonal import diagonal_gd
 from ._descent import OFFICIAL_EPS, Trajectory, gd, gd_joint, gd_prompt, lipschitz_W, loss_gradient
 from ._gradients import GRADIENTS, LogitGradient, logit_gradient, weight_gradient
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
+from ._mirror import dual_norm, mirror_descent, sign_descent
 from ._path import MAX_RADIUS, Path, regularization_path
+from ._rates import Fit, fit_line
+from ._step_sizes import POLYAK_GRADIENTS, log_attention_gap, log_loss_gap, optimal_loss, polyak
 
 __all__ = ["Trajectory", "Path", "LogitGradient", "gd", "gd_prompt", "gd_joint", "loss_gradient", "lipschitz_W",
            "weight_gradient", "logit_gradient", "regularization_path", "initial_parameters", "initial_vector",
-           "uniform_init", "why_not_compiled", "OFFICIAL_EPS", "GRADIENTS", "PARAMS", "MAX_RADIUS"]
+           "uniform_init", "why_not_compiled", "OFFICIAL_EPS", "GRADIENTS", "PARAMS", "MAX_RADIUS",
+           "mirror_descent", "sign_descent", "dual_norm",
+           "diagonal_gd",
+           "polyak", "optimal_loss", "log_loss_gap", "log_attention_gap", "fit_line", "Fit", "POLYAK_GRADIENTS"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import torch
 from numpy.typing import ArrayLike
 
-from .._checks import option
+from .._checks import on_cpu, option
 
 __all__ = ["Fit", "fit_line", "SCALES"]
 
@@ -36,6 +37,8 @@ class Fit(NamedTuple):
 
 def _axis(values: ArrayLike, name: str, scale: str) -> np.ndarray:
     """`values` as a finite 1-d float array, its natural log for scale "log" (all entries must be > 0)."""
+    if torch.is_tensor(values):  # e.g. losses recorded with their graph
+        values = on_cpu(values, name).detach()
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as err:

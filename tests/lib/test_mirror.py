@@ -1,0 +1,165 @@
+"""Mirror descent with potential ||.||_p^p and sign descent (train.mirror_descent, train.sign_descent): against
+normalized GD (p = 2), against autograd, against a straightforward loop (the authors' design, one problem at a
+time), and the exactness under saturation that the authors' normalization lacks."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm import data, train
+
+# the benchmarks' straightforward reference, under its own name (tests/lib has a `reference` module of its own)
+_SPEC = importlib.util.spec_from_file_location(
+    "benchmark_reference", Path(__file__).resolve().parents[2] / "benchmarks" / "reference.py")
+reference = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(reference)
+
+EPS = train.OFFICIAL_EPS
+
+
+def _problem(seed=0, batch=None, n=3, T=4, d=4):
+    return data.random_problem(n=n, T=T, d=d, seed=seed, batch=batch)
+
+
+def _start(shape, seed=1):
+    return torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def test_p_two_is_normalized_gradient_descent():
+    problem = _problem(batch=2)
+    W0 = _start((2, 4, 4))
+    mirror = train.mirror_descent(problem, p=2, steps=300, lr=0.1, init=W0, record_every=100)
+    gd = train.gd(problem, steps=300, lr=0.1, init=W0, record_every=100, engine="torch")
+    torch.testing.assert_close(mirror.W, gd.W, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("p", [1.5, 1.75, 3.0])
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_matches_a_straightforward_loop_before_saturation(p, param):
+    """The authors' loop with eps = 0 (autograd, ||g||_q, the mirror map in the primal) gives the same iterates."""
+    problem = _problem(seed=2, batch=2)
+    start = _start((2, 4, 4))
+    init = start if param == "W" else (start, torch.zeros_like(start))
+    run = train.mirror_descent(problem, p=p, steps=100, lr=0.02, param=param, init=init, record_every=25)
+    for b in range(2):
+        X, Y, Z, v = (getattr(problem, name)[b] for name in "XYZv")
+        starts = {"W0": start[b]} if param == "W" else {"K0": start[b], "Q0": torch.zeros(4, 4, dtype=torch.float64)}
+        W = reference.mirror_descent(X, Y, Z, v, p=p, steps=100, lr=0.02, eps=0.0, **starts)
+        torch.testing.assert_close(run.W[:, b], W[::25], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_the_official_rule_is_the_authors_loop(param):
+    problem = _problem(seed=3)
+    start = _start((4, 4), seed=4)
+    init = start if param == "W" else (start, torch.zeros_like(start))
+    run = train.mirror_descent(problem, p=1.75, steps=100, lr=0.05, param=param, init=init, record_every=50,
+                               rule="official")
+    starts = {"W0": start} if param == "W" else {"K0": start, "Q0": torch.zeros_like(start)}
+    W = reference.mirror_descent(problem.X, problem.Y, problem.Z, problem.v, p=1.75, steps=100, lr=0.05, **starts)
+    torch.testing.assert_close(run.W, W[::50], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("p", [1.75, 3.0])
+def test_one_step_follows_the_autograd_gradient(p):
+    """theta(1) = theta(0) - lr g / ||g||_q with g by autograd (no saturation at the start)."""
+    problem = _problem(seed=5)
+    W0 = _start((4, 4), seed=6)
+    W1 = train.mirror_descent(problem, p=p, steps=1, lr=0.1, init=W0).W[1]
+    leaf = W0.clone().requires_grad_(True)
+    g, = torch.autograd.grad(reference._loss(problem.X, problem.Y, problem.Z, problem.v, leaf), leaf)
+    q = p / (p - 1)
+    theta = torch.sign(W0) * W0.abs() ** (p - 1) - 0.1 * g / torch.linalg.vector_norm(g, q)
+    torch.testing.assert_close(W1, torch.sign(theta) * theta.abs() ** (1 / (p - 1)), rtol=1e-12, atol=1e-12)
+
+
+def _saturated_runs(p=2.0, steps=4000):
+    problem = data.random_problem(n=2, T=3, d=4, seed=7)
+    W0 = _start((4, 4), seed=8)
+    exact = train.mirror_descent(problem, p=p, steps=steps, lr=0.5, init=W0, record_every=steps // 4)
+    frozen = train.mirror_descent(problem, p=p, steps=steps, lr=0.5, init=W0, record_every=steps // 4, eps=EPS)
+    return problem, exact, frozen
+
+
+def test_the_exact_engine_does_not_freeze_where_the_eps_normalization_does():
+    problem, exact, frozen = _saturated_runs()
+    assert float(train.loss_gradient(problem, frozen.W[-1]).norm()) < EPS  # the true gradient is below eps
+    moved = [float((run.W[-1] - run.W[-2]).norm()) for run in (exact, frozen)]
+    assert moved[0] == pytest.approx(1000 * 0.5, rel=1e-9)  # p = 2: every step has length lr exactly
+    assert moved[1] < 1e-3 * moved[0]
+
+
+@pytest.mark.parametrize("p", [1.75, 3.0])
+def test_every_exact_step_moves_the_dual_variable_by_lr_in_the_dual_norm(p):
+    problem = data.random_problem(n=2, T=3, d=4, seed=7)
+    run = train.mirror_descent(problem, p=p, steps=3001, lr=0.5, init=_start((4, 4), seed=8), record_every=3000)
+    assert float(train.loss_gradient(problem, run.W[-2]).norm()) < EPS  # saturated: below the authors' eps
+    theta = torch.sign(run.W) * run.W.abs() ** (p - 1)
+    step = train.dual_norm(theta[-1] - theta[-2], p / (p - 1))
+    assert float(step) == pytest.approx(0.5, rel=1e-6)
+
+
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_sign_descent_matches_a_straightforward_loop(param):
+    problem = _problem(seed=9)
+    start = _start((4, 4), seed=10)
+    init = start if param == "W" else (start, start.flip(0))
+    run = train.sign_descent(problem, steps=100, lr=0.01, param=param, init=init, record_every=100)
+    params = [w.clone() for w in ((start,) if param == "W" else init)]
+    for _ in range(100):
+        leaves = [w.clone().requires_grad_(True) for w in params]
+        W = leaves[0] if param == "W" else leaves[0] @ leaves[1].T
+        grads = torch.autograd.grad(reference._loss(problem.X, problem.Y, problem.Z, problem.v, W), leaves)
+        params = [w - 0.01 * torch.sign(g) for w, g in zip(params, grads)]
+    W = params[0] if param == "W" else params[0] @ params[1].T
+    torch.testing.assert_close(run.W[-1], W, rtol=1e-12, atol=1e-12)
+
+
+def test_batched_equals_one_by_one():
+    problems = _problem(seed=11, batch=3)
+    W0 = _start((3, 4, 4))
+    run = train.mirror_descent(problems, p=3, steps=100, lr=0.1, init=W0, record_every=100)
+    for b in range(3):
+        one = train.mirror_descent(problems[b], p=3, steps=100, lr=0.1, init=W0[b], record_every=100)
+        torch.testing.assert_close(run.W[:, b], one.W, rtol=1e-13, atol=1e-13)
+    eps = torch.tensor([0.0, EPS, 0.0], dtype=torch.float64)  # eps per problem
+    mixed = train.mirror_descent(problems, p=3, steps=100, lr=0.1, init=W0, record_every=100, eps=eps)
+    torch.testing.assert_close(mixed.W, run.W, rtol=1e-12, atol=1e-12)  # no underflow yet: the same
+
+
+@pytest.mark.parametrize("q", [1.0, 4 / 3, 1.5, 2.0, 3.0, math.inf])
+def test_dual_norm(q):
+    G = _start((2, 3, 3), seed=12)
+    expected = torch.linalg.vector_norm(G, q, dim=(-2, -1), keepdim=True)
+    torch.testing.assert_close(train.dual_norm(G, q), expected, rtol=1e-13, atol=0)
+    torch.testing.assert_close(train.dual_norm(G * 1e-300, q) / 1e-300, expected, rtol=1e-12, atol=0)
+
+
+def test_bad_arguments_are_named():
+    problem = _problem()
+    for p in (1, 0.5, "2", None, True, float("nan")):
+        with pytest.raises(ValueError, match=r"\bp\b"):
+            train.mirror_descent(problem, p=p, steps=1, lr=0.1)
+    with pytest.raises(ValueError, match="eps"):
+        train.mirror_descent(problem, p=2, steps=1, lr=0.1, rule="official", eps=EPS)
+    with pytest.raises(ValueError, match="eps"):
+        train.mirror_descent(problem, p=2, steps=1, lr=0.1, eps=-1.0)
+    with pytest.raises(ValueError, match="eps"):
+        train.mirror_descent(problem, p=2, steps=1, lr=0.1, eps=[0.0, 1.0])
+    with pytest.raises(ValueError, match="lr"):
+        train.sign_descent(problem, steps=1, lr=-0.1)
+
+
+def test_a_zero_gradient_gives_no_step_with_or_without_eps():
+    """From Q = 0 the gradient of K is exactly zero: K stays, Q moves, nothing is NaN (eps = 0 too)."""
+    problem = _problem(seed=13)
+    K0 = _start((4, 4), seed=14)
+    for eps in (None, 0.0, EPS):
+        run = train.mirror_descent(problem, p=1.75, steps=1, lr=0.1, param="KQ", init=(K0, torch.zeros(4, 4)),
+                                   eps=eps)
+        torch.testing.assert_close(run.K[1], K0, rtol=1e-14, atol=0)  # up to the mirror map's round-off
+        assert torch.isfinite(run.W).all() and bool((run.Q[1] != 0).any())
