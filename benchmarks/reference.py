@@ -80,3 +80,105 @@ def lp_svm(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray, p: float) -> np.ndar
     problem = cp.Problem(cp.Minimize(cp.pnorm(cp.vec(W, order="C"), p)), constraints)
     problem.solve(solver=cp.CLARABEL)
     return W.value if problem.status == cp.OPTIMAL else None
+
+
+def polyak(X, Y, Z, v, *, steps: int, W0=None) -> torch.Tensor:
+    """Polyak steps W <- W - (L - L*) / ||g||_F^2 g on W for ONE problem, L and g by autograd through softmax and
+    L* = mean l(max_t Y_i v^T x_it) as a number (a step is skipped where L - L* <= 0 or g = 0); returns the
+    iterates W(k) (steps + 1, d, d)."""
+    W = torch.zeros(X.shape[-1], X.shape[-1], dtype=X.dtype) if W0 is None else W0.clone()
+    L_star = torch.nn.functional.softplus(-(Y[:, None] * (X @ v)).amax(-1)).mean()
+    iterates = []
+    for _ in range(steps + 1):
+        iterates.append(W.clone())
+        leaf = W.clone().requires_grad_(True)
+        loss = _loss(X, Y, Z, v, leaf)
+        (g,) = torch.autograd.grad(loss, leaf)
+        gap, squared = loss.detach() - L_star, (g * g).sum()
+        if gap > 0 and squared > 0:
+            W = W - gap / squared * g
+    return torch.stack(iterates)
+
+
+def diagonal_gd(X, Y, Z, v, *, steps: int, lr: float, k0, q0) -> torch.Tensor:
+    """Normalized gradient descent on the factors (k, q) of W = diag(k * q) for ONE problem, by autograd: the
+    gradients of k, q and w = k * q, steps -lr (g_k, g_q) / ||g_w||; returns the diagonals w(k) (steps + 1, d)."""
+    k, q = k0.clone().requires_grad_(True), q0.clone().requires_grad_(True)
+    iterates = []
+    for _ in range(steps + 1):
+        w = k * q
+        iterates.append(w.detach().clone())
+        g_k, g_q, g_w = torch.autograd.grad(_loss(X, Y, Z, v, torch.diag(w)), (k, q, w))
+        with torch.no_grad():
+            norm = g_w.norm()
+            if norm > 0:
+                k -= lr * g_k / norm
+                q -= lr * g_q / norm
+    return torch.stack(iterates)
+
+
+def ntp_gd(ids, labels, E, *, steps: int, lr: float, W0=None) -> torch.Tensor:
+    """Normalized gradient descent on W of the next-token model for ONE problem (ids (n, T), labels (n,), embeddings
+    E (K, d)): the loss -mean log p_(i, y_i), p the attention mass on the label's positions, by autograd through
+    softmax; returns the iterates W(k) (steps + 1, d, d)."""
+    X, Zq = E[ids], E[ids[:, -1]]
+    is_label = (ids == labels[:, None]).to(E.dtype)
+    W = (torch.zeros(E.shape[1], E.shape[1], dtype=E.dtype) if W0 is None else W0.clone()).requires_grad_(True)
+    iterates = []
+    for _ in range(steps + 1):
+        iterates.append(W.detach().clone())
+        s = torch.softmax(torch.einsum("ntd,de,ne->nt", X, W, Zq), dim=-1)
+        (g,) = torch.autograd.grad(-torch.log((s * is_label).sum(-1)).mean(), W)
+        with torch.no_grad():
+            norm = g.norm()
+            if norm > 0:
+                W -= lr * g / norm
+    return torch.stack(iterates)
+
+
+def spectral_svm(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray | None:
+    """The spectral-norm Att-SVM of one problem: cvxpy's sigma_max + Clarabel (one constraint per token pair)."""
+    n, T, d = X.shape
+    W = cp.Variable((d, d))
+    constraints = [(X[i, alpha[i]] - X[i, t]) @ W @ Z[i] >= 1 for i in range(n) for t in range(T) if t != alpha[i]]
+    problem = cp.Problem(cp.Minimize(cp.sigma_max(W)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return W.value if problem.status == cp.OPTIMAL else None
+
+
+def graph_svm(ids: list, labels: list, E: np.ndarray) -> np.ndarray | None:
+    """The Frobenius graph SVM of one next-token problem: the priority graph of each query token by networkx, its
+    strongly connected components, then cvxpy + Clarabel with one constraint per (sequence, other token):
+    (e_y - e_x)^T W e_k == 0 inside the label's component, >= 1 across."""
+    import networkx as nx
+
+    graphs = {}
+    for row, y in zip(ids, labels):
+        graph = graphs.setdefault(row[-1], nx.DiGraph())
+        graph.add_nodes_from(row)
+        graph.add_edges_from((y, x) for x in row if x != y)
+    component = {k: {x: c for c in map(frozenset, nx.strongly_connected_components(g)) for x in c}
+                 for k, g in graphs.items()}
+    d = E.shape[1]
+    W = cp.Variable((d, d))
+    constraints = []
+    for row, y in zip(ids, labels):
+        k = row[-1]
+        for x in row:
+            if x != y:
+                margin = (E[y] - E[x]) @ W @ E[k]
+                constraints.append(margin == 0 if component[k][x] == component[k][y] else margin >= 1)
+    problem = cp.Problem(cp.Minimize(cp.norm(W, "fro")), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return W.value if problem.status == cp.OPTIMAL else None
+
+
+def diagonal_l1_svm(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray) -> np.ndarray | None:
+    """The l1 diagonal Att-SVM of one problem: min ||w||_1 s.t. (x_(i,alpha_i) - x_it)^T diag(w) z_i >= 1, cvxpy
+    + Clarabel (one constraint per token pair); returns w (d,)."""
+    n, T, d = X.shape
+    w = cp.Variable(d)
+    constraints = [((X[i, alpha[i]] - X[i, t]) * Z[i]) @ w >= 1 for i in range(n) for t in range(T) if t != alpha[i]]
+    problem = cp.Problem(cp.Minimize(cp.norm1(w)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return w.value if problem.status == cp.OPTIMAL else None

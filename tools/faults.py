@@ -56,7 +56,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("00_introduction", "01_preliminaries", "02_regularization_path", "03_global_convergence",
-            "04_local_convergence", "05_nonlinear_heads", "06_causal_attention", "07_tensor_lipschitz")
+            "04_local_convergence", "05_nonlinear_heads", "06_causal_attention", "07_tensor_lipschitz",
+            "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
 CLEAR_ERRORS = {"AssertionError", "ValueError", "InfeasibleSVM", "SolverError", "FloatingPointError"}
 CELL_TIMEOUT = 600  # seconds per cell
 CHAPTER_TIMEOUT = 420  # seconds per chapter (the budget is 60 s; a fault may slow a chapter down, not this much)
@@ -545,6 +546,181 @@ def tokens_not_normalized():
     norm about sqrt(d), not 1)."""
     from attnsvm import data
     patch(data, "unit_rows", lambda original: lambda tensor: tensor)
+
+
+# ------------------------------------------------------------------ Part III (chapters 8-12)
+
+@fault("08_mirror_descent")
+def mirror_map_exponent_p():
+    """Mirror descent's mirror map with exponent p instead of p - 1: the dual variable is sign(w) |w|^p and the
+    inverse map sign(theta) |theta|^(1/p) (the gradient of ||w||_p^p taken as |w|^p): consistent with each other,
+    but the mirror descent of the potential ||w||_(p+1)^(p+1)."""
+    import torch
+
+    from attnsvm.train import _mirror as mirror
+
+    def dual(w, p):
+        return torch.sign(w) * w.abs() ** p
+
+    def primal(theta, p):
+        return torch.sign(theta) * theta.abs() ** (1.0 / p)
+    patch(mirror, "_dual", lambda original: dual)
+    patch(mirror, "_primal", lambda original: primal)
+
+
+@fault("08_mirror_descent")
+def mirror_dual_exponent():
+    """Mirror descent normalizes its step in the wrong dual norm: q = p / (p + 1) instead of p / (p - 1) (a sign
+    slip), so the dual variable no longer moves by exactly lr in the l_q norm."""
+    from attnsvm.train import _mirror as mirror
+    patch(mirror, "_mirror_step", lambda original: lambda p, q, eps: original(p, p / (p + 1.0), eps))
+
+
+@fault("08_mirror_descent")
+def lp_svm_ignores_p():
+    """The entrywise l_p Att-SVM loses its exponent on the way to the smooth solvers: for 1 < p < infinity
+    (Clarabel's power cone and the L-BFGS-B dual) it solves the l_2 (Frobenius) problem; the linear programs
+    p = 1 and p = infinity are right."""
+    import math
+
+    from attnsvm.svm import _entrywise as entrywise
+
+    def make(original):
+        def entrywise_svm(X, Z, alpha, norm, **options):
+            p = entrywise.exponent(norm)
+            return original(X, Z, alpha, 2.0 if 1 < p < math.inf else norm, **options)
+        return entrywise_svm
+    patch(entrywise, "entrywise_svm", make)
+
+
+@fault("09_rates")
+def polyak_without_gap():
+    """Polyak steps without the loss gap: the step length uses L(W) instead of L(W) - L* (the optimal value taken
+    as 0, as for an interpolating model), in the exact and in the autograd rule."""
+    import torch
+
+    from attnsvm.train import _step_sizes as steps
+
+    def log_loss(problem, W, loss):
+        return torch.log(steps._risk(steps.LOSSES[loss], problem, steps._outputs(problem, W, None)))
+
+    def zero(problem, loss="logistic"):
+        return torch.zeros(problem.batch_shape, dtype=torch.float64)
+
+    def make(original):
+        def polyak(problem, **options):
+            saved = steps._log_loss_gap, steps.optimal_loss
+            steps._log_loss_gap, steps.optimal_loss = log_loss, zero
+            try:
+                return original(problem, **options)
+            finally:
+                steps._log_loss_gap, steps.optimal_loss = saved
+        return polyak
+    patch(steps, "polyak", make)
+
+
+@fault("10_next_token", "tests/lib/test_next_token.py::test_graph_svm_matches_cvxpy")
+def graph_svm_drops_equalities():
+    """The next-token graph SVM drops its equality constraints (equal logits for the tokens of one strongly
+    connected component): only the margins across components are kept."""
+    import numpy as np
+
+    from attnsvm.causal import _next_token as ntp
+
+    def make(original):
+        def constraints(problem):
+            equal, margin = original(problem)
+            return np.zeros((0, equal.shape[1])), margin
+        return constraints
+    patch(ntp, "_constraints", make)
+
+
+@fault("10_next_token")
+def priority_components_unordered():
+    """The priority components come in the order of their smallest token, not in a topological order of the
+    condensation (highest priority first)."""
+    from attnsvm.causal import _next_token as ntp
+
+    def ordered_components(graph):
+        import networkx as nx
+        return sorted((frozenset(c) for c in nx.strongly_connected_components(graph)), key=min)
+    patch(ntp, "_ordered_components", lambda original: ordered_components)
+
+
+@fault("11_low_rank")
+def diagonal_kq_same_gradient():
+    """Diagonal gradient descent on the factors updates k and q with the same gradient: q <- q - eta g * q
+    instead of q - eta g * k (a copy of k's line), so k = q is kept but kappa^2 - rho^2 is no longer scaled by
+    1 - eta^2 g^2."""
+    import torch
+
+    from attnsvm.train import _diagonal as diagonal
+
+    @torch.no_grad()
+    def diagonal_gd(problem, *, factorized, steps, lr, init=None, normalized=True, record_every=1,
+                    loss="logistic"):
+        problem = diagonal._checked_problem(problem, min_T=2, why=diagonal._TRAINING, needs_Z=True)
+        factorized = diagonal.boolean(factorized, "factorized")
+        normalized = diagonal.boolean(normalized, "normalized")
+        steps, lr = diagonal.positive_int(steps, "steps", minimum=0), diagonal.positive_float(lr, "lr")
+        record_every = diagonal.positive_int(record_every, "record_every")
+        loss = diagonal._option(loss, "loss", tuple(diagonal.LOSSES))
+        params = diagonal._starts(problem, factorized, init)
+        batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
+        entries = float(torch.tensor(batch, dtype=torch.float64).prod()) * (3 * d * d + n * T + 1)
+        recorder = diagonal._recorder(steps, record_every, entries)
+        phi = problem.X * problem.Z[..., None, :]
+        values = diagonal._token_values(problem, problem.v)
+        blame = diagonal._blame(f"lr={lr!r}", "init")
+        with diagonal._overflow("gradient descent's iterates", blame, "lower lr"):
+            for step in range(steps + 1):
+                w = params[0] if not factorized else params[0] * params[1]
+                grad = diagonal.gradients._logit_gradient(problem, (phi * w[..., None, None, :]).sum(-1), loss, None,
+                                                          values)
+                if recorder.wants(step):
+                    factors = dict(K=torch.diag_embed(params[0]), Q=torch.diag_embed(params[1])) if factorized else {}
+                    recorder.add(W=torch.diag_embed(w), probs=grad.probs,
+                                 loss=diagonal._risk(diagonal.LOSSES[loss], problem, grad.outputs), **factors)
+                if step == steps:
+                    break
+                g = (grad.direction[..., None] * phi).sum((-3, -2))
+                move = lr * (diagonal._unit(g, dims=(-1,)) if normalized
+                             else torch.exp(grad.log_scale)[..., None] * g)
+                params = ((w - move,) if not factorized
+                          else (params[0] - move * params[1], params[1] - move * params[1]))  # the fault
+        return diagonal._finite_trajectory(recorder.trajectory(), blame)
+    patch(diagonal, "diagonal_gd", lambda original: diagonal_gd)
+
+
+@fault("12_open_problems")
+def spectral_svm_nuclear():
+    """The spectral-norm Att-SVM minimizes the nuclear norm (the sum of the singular values, a copy of the
+    nuclear-norm program) instead of the largest singular value."""
+    from attnsvm.svm import _spectral as spectral
+
+    def solver(solver, k, d):
+        import cvxpy as cp
+
+        A = cp.Parameter((k, d * d))
+        W = cp.Variable((d, d))
+        problem = cp.Problem(cp.Minimize(cp.normNuc(W)), [A @ cp.vec(W, order="C") >= 1])  # the fault
+        if solver == "clarabel":
+            tol = spectral.CLARABEL_TOL["nuc"]
+            settings = {"solver": cp.CLARABEL, "max_iter": spectral.CLARABEL_MAX_ITER, "tol_gap_abs": tol,
+                        "tol_gap_rel": tol, "tol_feas": tol}
+        else:
+            settings = {"solver": cp.SCS, "eps_abs": spectral.SCS_TOL, "eps_rel": spectral.SCS_TOL,
+                        "max_iters": spectral.SCS_MAX_ITERS}
+
+        def solve(matrix):
+            A.value = matrix
+            problem.solve(**settings)
+            if problem.status != cp.OPTIMAL:
+                raise spectral.SolverError(f"{solver} stopped with status {problem.status!r}")
+            w = W.value.reshape(-1)
+            return w / spectral._accepted((matrix @ w).min(), f"{solver} returned a spectral Att-SVM solution")
+        return solve
+    patch(spectral, "_solver", lambda original: solver)
 
 
 # ================================================================== installing a fault in a process

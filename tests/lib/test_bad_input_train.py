@@ -405,6 +405,21 @@ def test_fit_line_takes_tensors_that_require_grad_and_names_a_meta_tensor():
         train.fit_line(k.detach(), k.detach().to("meta"))
 
 
+@pytest.mark.parametrize("G, dims, error, pattern", [
+    (torch.ones(2, 2), None, TypeError, r"^dims must be a non-empty tuple"),
+    (torch.ones(2, 2), "x", TypeError, r"^dims must be a non-empty tuple"),
+    (torch.ones(2, 2), (0.5,), TypeError, r"^dims must be a non-empty tuple"),
+    (torch.ones(2, 2), (5,), ValueError, r"^dims must name distinct dimensions of G"),
+    (torch.ones(2, 2), (-1, -1), ValueError, r"^dims must name distinct dimensions of G"),
+    (torch.ones(0, 2), (-2, -1), ValueError, r"^G has no entries along dims"),
+])
+def test_dual_norm_checks_dims_and_an_empty_G(G, dims, error, pattern):
+    """The bad-input census: dims None, 'x', (5,), (-1, -1) met torch's TypeError/IndexError/RuntimeError, and an
+    empty G an IndexError from amax()."""
+    with pytest.raises(error, match=pattern):
+        train.dual_norm(G.double(), 2.0, dims)
+
+
 # ------------------------------------------------------------------ every public function, bad and extreme input
 
 test_as_key_query = _check(model.as_key_query, {"problem": PROB, "W": WEIGHTS})

@@ -23,6 +23,8 @@ import numpy as np
 
 from .._checks import finite_result
 
+__all__ = ["entrywise_svm", "exponent", "is_exponent", "SOLVERS", "CLARABEL_TOL", "HIGHS_TOL"]
+
 SOLVERS = ("clarabel", "highs", "dual")  # the first is the default; "highs" for p = 1 and infinity (linear
 # programs), "dual" (L-BFGS-B on the smooth dual) for 1 < p < infinity
 CLARABEL_TOL = 1e-9  # Clarabel's gap and feasibility tolerances for every p

@@ -12,7 +12,8 @@ exact however far softmax saturates (the true G may underflow to 0; its directio
 once softmax saturates autograd's gradient is round-off: that run freezes where the exact one goes on.
 
 Sign descent, w <- w - lr sign(G), is the steepest descent for the l-infinity norm (the limit p -> infinity of
-the normalized steps above); sign(G) = sign(direction) is exact as well.
+normalized steepest descent in the lp norm, not of the mirror steps above); sign(G) = sign(direction) is exact
+as well.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def _exponent(p) -> float:
         raise ValueError(f"p must be a number > 1 (the potential ||W||_p^p), got {p!r}")
     value = positive_float(p, "p")
     if value <= 1:
-        raise ValueError(f"p must be a number > 1 (the potential ||W||_p^p; p -> infinity is sign_descent), got "
-                         f"{p!r}")
+        raise ValueError(f"p must be a number > 1 (the potential ||W||_p^p; for the l-infinity geometry use "
+                         f"sign_descent), got {p!r}")
     return value
 
 
@@ -67,9 +68,16 @@ def dual_norm(G: ArrayLike, q: float, dims: tuple = (-2, -1)) -> torch.Tensor:
     q = float(q)
     if not q >= 1:
         raise ValueError(f"q must be a number >= 1 or math.inf, got {q!r}")
+    if not (isinstance(dims, tuple) and dims
+            and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in dims)):
+        raise TypeError(f"dims must be a non-empty tuple of dimension indices, e.g. (-2, -1), got {dims!r}")
     if G.dim() < len(dims):
         raise ValueError(f"G must have at least {len(dims)} dimensions (the norm is taken over dims={dims}), got "
                          f"shape {tuple(G.shape)}")
+    if any(not -G.dim() <= k < G.dim() for k in dims) or len({k % G.dim() for k in dims}) != len(dims):
+        raise ValueError(f"dims must name distinct dimensions of G (shape {tuple(G.shape)}), got {dims}")
+    if any(G.shape[k] == 0 for k in dims):
+        raise ValueError(f"G has no entries along dims={dims} (shape {tuple(G.shape)}): its norm is undefined")
     return _dual_norm(G, q, dims)
 
 
@@ -230,7 +238,7 @@ def sign_descent(problem: Problem, *, steps: int, lr: float, param: str = "W",
                  init: str | np.ndarray | torch.Tensor | tuple | None = None, m: int | None = None, seed: int = 0,
                  record_every: int = 1, loss: str = "logistic") -> Trajectory:
     """Sign descent, w <- w - lr sign(G), on W or on each of K and Q (the steepest descent for the entrywise
-    l-infinity norm, the limit p -> infinity of ``mirror_descent``'s normalized steps); sign(G) is taken from the
+    l-infinity norm, the limit p -> infinity of normalized steepest descent in the lp norm); sign(G) is taken from the
     exact direction of the gradient, so it never vanishes by underflow. Arguments as in ``mirror_descent``.
 
     Examples
