@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["as_index", "as_tensor", "boolean", "budget", "choice", "cpu_device", "finite_result", "memory",
+__all__ = ["as_array", "as_index", "as_tensor", "boolean", "budget", "choice", "cpu_device", "finite_result", "memory",
            "nonnegative_float", "number", "on_cpu", "option", "positive_float", "positive_int", "require_shape",
            "seed", "MAX_BYTES"]
 
@@ -37,6 +37,17 @@ def on_cpu(value, name: str):
         raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
                          f"{name}.cpu()")
     return value
+
+
+def as_array(value, name: str, what: str) -> np.ndarray:
+    """`value` as a numpy array (a CPU tensor detached), or a TypeError naming `name` and saying it must be
+    `what` (ragged lists, objects)."""
+    if torch.is_tensor(value):
+        return on_cpu(value, name).detach().numpy()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}") from err
 
 
 def as_index(value, name: str, shape: tuple, upper: int) -> np.ndarray:

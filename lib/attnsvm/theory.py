@@ -11,13 +11,14 @@ import torch
 from numpy.typing import ArrayLike
 
 from . import data, svm
-from ._checks import as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
+from ._checks import as_array, as_index, as_tensor, budget, choice, finite_result, positive_int, require_shape
 from .data import Problem, _as_problem, _memory, _real, _seed, _sizes
 from .model import as_key_query, attention, logits, queries, token_values
 
 __all__ = ["convergence", "correlation", "cosine", "locally_optimal", "margins", "neighbour_selections",
            "optimal_tokens", "sample_feasible", "support_tokens", "token_scores", "SUPPORT_TOL", "MAX_DRAWS",
            "OVERFLOW"]
+_INDICES = "an array of integer token indices"
 
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
 MAX_DRAWS = 10**7  # sample_feasible draws at most this many random problems
@@ -32,23 +33,12 @@ def _with_queries(problem: object) -> Problem:
     return problem
 
 
-def _array(value: ArrayLike, name: str) -> np.ndarray:
-    """`value` as a numpy array (a CPU tensor detached), or a TypeError naming it (ragged lists, objects)."""
-    if torch.is_tensor(value):
-        if value.device.type != "cpu":
-            raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
-                             f"{name}.cpu()")
-        return value.detach().numpy()
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of integer token indices, got {type(value).__name__}") from err
-
 
 def _selection(problem: Problem, alpha: ArrayLike) -> torch.Tensor:
     """`alpha` checked to hold one token index per sequence of `problem`, as a long tensor (..., n)."""
     shape = problem.batch_shape + (problem.n,)
-    return torch.as_tensor(as_index(_array(alpha, "alpha"), "alpha", shape, problem.T), device=problem.X.device)
+    alpha = as_array(alpha, "alpha", _INDICES)
+    return torch.as_tensor(as_index(alpha, "alpha", shape, problem.T), device=problem.X.device)
 
 
 def _margins(problem: Problem, W: ArrayLike, alpha: torch.Tensor) -> torch.Tensor:
@@ -197,7 +187,7 @@ def neighbour_selections(alpha: ArrayLike, T: int) -> torch.Tensor:
     >>> theory.neighbour_selections([0, 2], 3).tolist()
     [[1, 2], [2, 2], [0, 0], [0, 1]]
     """
-    T, array = positive_int(T, "T", minimum=2), _array(alpha, "alpha")
+    T, array = positive_int(T, "T", minimum=2), as_array(alpha, "alpha", _INDICES)
     if array.ndim != 1 or not array.size:
         raise ValueError(f"alpha must have shape (n,) with n >= 1 (one selected token per sequence), got {array.shape}")
     alpha, n = torch.as_tensor(as_index(array, "alpha", array.shape, T)), len(array)

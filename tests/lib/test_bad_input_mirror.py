@@ -2,7 +2,7 @@
 call returns a valid result (finite, of the right shape) or raises TypeError/ValueError/FloatingPointError naming
 an argument the caller passed."""
 
-import re
+import functools
 
 import numpy as np
 import torch
@@ -10,31 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsvm import data, train
+import bad_input
+from bad_input import names, options
 
 COVERED = {"train.mirror_descent", "train.sign_descent", "train.dual_norm"}
 ERRORS = (TypeError, ValueError, FloatingPointError)
+check = functools.partial(bad_input.check, errors=ERRORS)
 PROBLEM = data.random_problem(n=2, T=3, d=2, seed=0)
 W0 = torch.ones(2, 2, dtype=torch.float64)
 ODD = [None, "x", True, [], {"a": 1}, object(), np.nan, np.inf, -1.0, 0, 1e308]
-
-
-def _names(message, names):
-    return any(re.search(rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])", message) for name in names)
-
-
-def _check(call, arguments, valid, accept):
-    changed = [name for name in arguments if arguments[name] is not valid[name]]
-    try:
-        result = call(**arguments)
-    except ERRORS as error:
-        assert changed, f"valid arguments raised {error!r}"
-        assert _names(str(error), changed), f"{type(error).__name__} names none of {changed}: {error}"
-        return
-    accept(result)
-
-
-def options(valid, others):
-    return st.one_of(st.just(valid), st.sampled_from(others))
 
 
 def _trajectory(arguments):
@@ -59,7 +43,7 @@ P, Q = 3.0, 2.0
                               "rule": options(None, ["official", "x", 1]),
                               "eps": options(None, ODD + [train.OFFICIAL_EPS, [0.0, 1.0]])}))
 def test_mirror_descent_property(arguments):
-    _check(lambda **a: train.mirror_descent(PROBLEM, **a), arguments,
+    check(lambda **a: train.mirror_descent(PROBLEM, **a), arguments,
            {**VALID, "p": P, "rule": None, "eps": None},
            _trajectory(arguments))
 
@@ -67,7 +51,7 @@ def test_mirror_descent_property(arguments):
 @settings(max_examples=40, deadline=None)
 @given(st.fixed_dictionaries(COMMON))
 def test_sign_descent_property(arguments):
-    _check(lambda **a: train.sign_descent(PROBLEM, **a), arguments, VALID, _trajectory(arguments))
+    check(lambda **a: train.sign_descent(PROBLEM, **a), arguments, VALID, _trajectory(arguments))
 
 
 @settings(max_examples=40, deadline=None)
@@ -77,4 +61,4 @@ def test_sign_descent_property(arguments):
 def test_dual_norm_property(arguments):
     def accept(result):
         assert result.shape == (1, 1) and torch.isfinite(result).all() and (result >= 0).all()
-    _check(train.dual_norm, arguments, {"G": W0, "q": Q}, accept)
+    check(train.dual_norm, arguments, {"G": W0, "q": Q}, accept)

@@ -2,7 +2,7 @@
 train.log_loss_gap, train.log_attention_gap, train.fit_line): every call returns a valid result or raises
 TypeError/ValueError/FloatingPointError naming an argument the caller passed."""
 
-import re
+import functools
 
 import numpy as np
 import torch
@@ -10,34 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsvm import data, train
+import bad_input
+from bad_input import names, options
 
 COVERED = {"train.polyak", "train.optimal_loss", "train.log_loss_gap", "train.log_attention_gap",
            "train.fit_line"}
 ERRORS = (TypeError, ValueError, FloatingPointError)
+check = functools.partial(bad_input.check, errors=ERRORS)
 PROBLEM = data.random_problem(n=2, T=3, d=2, seed=0)
 W0 = torch.ones(2, 2, dtype=torch.float64)
 ODD = [None, "x", True, [], {"a": 1}, object(), np.nan, np.inf, -1.0, 0, 1e308]
 BAD_W = [np.full((2, 2), np.nan), np.ones((3, 3)), np.ones(2), "x", None, 1e300 * np.ones((2, 2)),
          np.ones((5, 2, 2)), torch.ones(2, 2, dtype=torch.complex128), torch.empty(2, 2, device="meta")]
-
-
-def _names(message, names):
-    return any(re.search(rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])", message) for name in names)
-
-
-def _check(call, arguments, valid, accept):
-    changed = [name for name in arguments if arguments[name] is not valid[name]]
-    try:
-        result = call(**arguments)
-    except ERRORS as error:
-        assert changed, f"valid arguments raised {error!r}"
-        assert _names(str(error), changed), f"{type(error).__name__} names none of {changed}: {error}"
-        return
-    accept(result)
-
-
-def options(valid, others):
-    return st.one_of(st.just(valid), st.sampled_from(others))
 
 
 VALID = {"steps": 5, "init": None, "record_every": 1, "loss": "logistic", "gradient": "exact", "seed": 0}
@@ -54,7 +38,7 @@ VALID = {"steps": 5, "init": None, "record_every": 1, "loss": "logistic", "gradi
 def test_polyak_property(arguments):
     def accept(run):
         assert torch.isfinite(run.W).all() and torch.isfinite(run.loss).all() and run.W.shape[-2:] == (2, 2)
-    _check(lambda **a: train.polyak(PROBLEM, **a), arguments, VALID, accept)
+    check(lambda **a: train.polyak(PROBLEM, **a), arguments, VALID, accept)
 
 
 @settings(max_examples=40, deadline=None)
@@ -63,7 +47,7 @@ def test_polyak_property(arguments):
 def test_log_loss_gap_property(arguments):
     def accept(gap):
         assert gap.shape in ((), (5,)) and not torch.isnan(gap).any() and (gap < torch.inf).all()
-    _check(lambda **a: train.log_loss_gap(PROBLEM, **a), arguments, {"W": W0, "loss": "logistic"}, accept)
+    check(lambda **a: train.log_loss_gap(PROBLEM, **a), arguments, {"W": W0, "loss": "logistic"}, accept)
 
 
 @settings(max_examples=40, deadline=None)
@@ -73,7 +57,7 @@ def test_log_loss_gap_property(arguments):
 def test_log_attention_gap_property(arguments):
     def accept(gap):
         assert gap.shape[-1] == 2 and not torch.isnan(gap).any() and (gap <= 0).all()
-    _check(lambda **a: train.log_attention_gap(PROBLEM, **a), arguments, {"W": W0, "alpha": None}, accept)
+    check(lambda **a: train.log_attention_gap(PROBLEM, **a), arguments, {"W": W0, "alpha": None}, accept)
 
 
 def test_optimal_loss_bad_loss_and_problem():
@@ -105,4 +89,4 @@ X = np.arange(1.0, 6.0)
 def test_fit_line_property(arguments):
     def accept(fit):
         assert np.isfinite([fit.slope, fit.intercept, fit.r2]).all() and fit.r2 <= 1 + 1e-12
-    _check(train.fit_line, arguments, {"x": X, "y": np.exp(-X), "x_scale": "linear", "y_scale": "log"}, accept)
+    check(train.fit_line, arguments, {"x": X, "y": np.exp(-X), "x_scale": "linear", "y_scale": "log"}, accept)

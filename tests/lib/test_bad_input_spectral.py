@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsvm import svm
-from test_bad_input_svm import ALPHA0, T, X0, Z0, _check, _finite, arrays, indices, options
+from bad_input import check, options
+from test_bad_input_svm import ALPHA0, T, X0, Z0, _finite, arrays, indices
 
 COVERED = {"svm.spectral_att_svm"}
 
@@ -21,4 +22,4 @@ def test_spectral_att_svm_property(arguments):
         d_ = np.shape(arguments["X"])[-1]
         assert result.shape == (d_, d_)
         _finite(result)
-    _check(svm.spectral_att_svm, arguments, valid, accept)
+    check(svm.spectral_att_svm, arguments, valid, accept)

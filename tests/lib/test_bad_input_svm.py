@@ -13,10 +13,10 @@ from hypothesis.extra import numpy as hnp
 
 from attnsvm import data, svm, theory
 from attnsvm.svm import _nuclear_svm as nuclear
+from bad_input import ERRORS, check, names, options
 
 COVERED = {"svm.constraint_matrix", "svm.att_svm", "svm.feasible", "svm.prompt_svm", "svm.general_svm",
            "svm.head_svm", "svm.GeneralSVM.combined", "svm._nuclear_svm.solve"}
-ERRORS = (TypeError, ValueError, FloatingPointError, svm.SolverError)
 n, T, d = 2, 3, 3  # d >= max(T - 1, n): the optimal tokens are feasible
 
 
@@ -44,23 +44,6 @@ def _pairs():
     X, Z, alpha, _ = _problem()
     deltas, queries = svm._attention._pairs(X, Z, alpha)
     return deltas[None], queries[None]
-
-
-def _names(message, names):
-    return any(re.search(rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])", message) for name in names)
-
-
-def _check(call, arguments, valid, accept):
-    """Run call(**arguments): with every argument valid it must succeed; otherwise it succeeds with a result that
-    `accept` takes, or raises one of ERRORS naming an argument that differs from `valid`."""
-    changed = [name for name in arguments if arguments[name] is not valid[name]]
-    try:
-        result = call(**arguments)
-    except ERRORS as error:
-        assert changed, f"valid arguments raised {error!r}"
-        assert _names(str(error), changed), f"{type(error).__name__} names none of {changed}: {error}"
-        return
-    accept(result)
 
 
 def _finite(*arrays):
@@ -110,10 +93,6 @@ def indices(valid, upper):
                          valid.astype(str), valid > 0]),
         st.sampled_from(ODD),
     )
-
-
-def options(valid, choices):
-    return st.one_of(st.just(valid), st.sampled_from(choices))
 
 
 # ------------------------------------------------------------------ the defects of the issue, one test each
@@ -401,7 +380,7 @@ def test_att_svm_property(arguments):
         W, lam = result if isinstance(result, tuple) else (result, np.zeros((n_, T_)))
         assert W.shape == (d_, d_) and lam.shape == (n_, T_)
         _finite(W, lam)
-    _check(svm.att_svm, arguments, valid, accept)
+    check(svm.att_svm, arguments, valid, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -409,7 +388,7 @@ def test_att_svm_property(arguments):
 def test_feasible_property(arguments):
     def accept(result):
         assert isinstance(result, np.ndarray) and result.dtype == bool and result.shape == ()
-    _check(svm.feasible, arguments, {"X": X0, "Z": Z0, "alpha": ALPHA0}, accept)
+    check(svm.feasible, arguments, {"X": X0, "Z": Z0, "alpha": ALPHA0}, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -419,7 +398,7 @@ def test_constraint_matrix_property(arguments):
         n_, T_, d_ = np.shape(arguments["X"])
         assert result.shape == (n_ * (T_ - 1), d_ * d_)
         _finite(result)
-    _check(svm.constraint_matrix, arguments, {"X": X0, "Z": Z0, "alpha": ALPHA0}, accept)
+    check(svm.constraint_matrix, arguments, {"X": X0, "Z": Z0, "alpha": ALPHA0}, accept)
 
 
 XP, KEY0, AP = _prompt()
@@ -434,7 +413,7 @@ def test_prompt_svm_property(arguments):
     def accept(result):
         assert result.shape == np.shape(arguments["X"])[-1:]
         _finite(result)
-    _check(svm.prompt_svm, arguments, {"X": XP, "key": KEY0, "alpha": AP, "relaxed": None}, accept)
+    check(svm.prompt_svm, arguments, {"X": XP, "key": KEY0, "alpha": AP, "relaxed": None}, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -445,7 +424,7 @@ def test_head_svm_property(arguments):
         n_, _, d_ = np.shape(arguments["X"])
         assert v.shape == (d_,) and support.shape == (n_,) and support.dtype == bool
         _finite(v)
-    _check(svm.head_svm, arguments, {"X": X0, "Y": Y0, "alpha": ALPHA0}, accept)
+    check(svm.head_svm, arguments, {"X": X0, "Y": Y0, "alpha": ALPHA0}, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -456,7 +435,7 @@ def test_general_svm_property(arguments):
         n_, T_, d_ = np.shape(arguments["X"])
         assert result.relevant.shape == (n_, T_) and result.W_fin.shape == result.W_mm.shape == (d_, d_)
         _finite(result.W_fin, result.W_mm)
-    _check(svm.general_svm, arguments, {"X": XG, "Z": ZG, "probs": PROBS, "threshold": 1e-3}, accept)
+    check(svm.general_svm, arguments, {"X": XG, "Z": ZG, "probs": PROBS, "threshold": 1e-3}, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -465,7 +444,7 @@ def test_combined_property(arguments):
     def accept(result):
         assert result.shape == (d, d)
         _finite(result)
-    _check(GENERAL.combined, arguments, {"W_gd": np.ones((d, d))}, accept)
+    check(GENERAL.combined, arguments, {"W_gd": np.ones((d, d))}, accept)
 
 
 @settings(max_examples=30, deadline=None)
@@ -476,7 +455,7 @@ def test_nuclear_solve_property(arguments):
         B, K, d_ = np.shape(arguments["deltas"])
         assert W.shape == (B, d_, d_) and y.shape == (B, K) and converged.shape == (B,)
         _finite(W, y)
-    _check(nuclear.solve, arguments, {"deltas": DELTAS, "queries": QUERIES}, accept)
+    check(nuclear.solve, arguments, {"deltas": DELTAS, "queries": QUERIES}, accept)
 
 
 PROBLEM0 = data.random_problem(n, T, d, seed=0)  # X0, Z0, ALPHA0 are its arrays
@@ -491,7 +470,7 @@ def test_att_svm_of_a_problem_property(arguments):
         W, lam = result if isinstance(result, tuple) else (result, np.zeros((n, T)))
         assert W.shape == (d, d) and lam.shape == (n, T)
         _finite(W, lam)
-    _check(lambda **a: svm.att_svm(PROBLEM0, **a), arguments,
+    check(lambda **a: svm.att_svm(PROBLEM0, **a), arguments,
            {"alpha": ALPHA0, "norm": "fro", "return_multipliers": False}, accept)
 
 
@@ -500,5 +479,5 @@ def test_att_svm_of_a_problem_property(arguments):
 def test_feasible_and_head_svm_of_a_problem_property(arguments):
     def accept(result):
         assert isinstance(result, (np.ndarray, tuple))
-    _check(lambda **a: svm.feasible(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)
-    _check(lambda **a: svm.head_svm(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)
+    check(lambda **a: svm.feasible(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)
+    check(lambda **a: svm.head_svm(PROBLEM0, **a), arguments, {"alpha": ALPHA0}, accept)

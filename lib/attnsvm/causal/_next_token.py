@@ -29,11 +29,11 @@ from numpy.typing import ArrayLike
 if TYPE_CHECKING:  # networkx is imported where it is used: it adds 0.15 s to `import attnsvm`
     import networkx as nx
 
-from .._checks import as_tensor, boolean, finite_result, memory, option, positive_int
+from .._checks import as_array, as_tensor, boolean, finite_result, memory, option, positive_int
 from .._checks import number as _positive
 from ..data import _seed, unit_rows
 from ..svm import InfeasibleSVM, SolverError, soft_margin_svm
-from ..svm._attention import CLARABEL_MAX_ITER, CLARABEL_TOL, _accepted
+from ..svm._attention import CLARABEL_MAX_ITER, CLARABEL_TOL, _accepted, _solved
 from ..train import Trajectory, uniform_init
 from ..train._descent import _descend, _recorder
 
@@ -45,22 +45,10 @@ GRAPH_NORMS = ("fro", "nuc")  # the norms of the graph SVM: Frobenius (GD on W) 
 EQUALITY_TOL = 1e-7  # accepted |logit difference| inside a component, relative to the largest margin (nuclear SVM)
 
 
-def _array(value, name: str) -> np.ndarray:
-    """`value` as a numpy array (a tensor on the CPU, detached), or a TypeError/ValueError naming `name`."""
-    if torch.is_tensor(value):
-        if value.device.type != "cpu":
-            raise ValueError(f"{name} is on the device {value.device.type!r}: attnsvm computes on the CPU, pass "
-                             f"{name}.cpu()")
-        return value.detach().numpy()
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of integers, got {type(value).__name__} ({err})") from None
-
 
 def _token_ids(value, name: str, upper: int | None, ndim: int) -> torch.Tensor:
     """`value` as an int64 tensor of `ndim` dimensions with entries in [0, upper) (any upper when None)."""
-    array = _array(value, name)
+    array = as_array(value, name, "an array of integers")
     if array.dtype.kind not in "iu":
         if array.dtype.kind == "f" and np.isfinite(array).all() and (array == np.round(array)).all():
             array = array.astype(np.int64)
@@ -263,7 +251,7 @@ def ntp_loss(problem: NTPProblem, W: ArrayLike, *, mask: ArrayLike | None = None
     """
     logits = ntp_logits(problem, W)
     if mask is not None:
-        array = _array(mask, "mask")
+        array = as_array(mask, "mask", "an array of integers")
         if array.dtype.kind not in "biu" or array.shape != (problem.n, problem.T) or not np.isin(array, (0, 1)).all():
             raise ValueError(f"mask must be a boolean array of shape ({problem.n}, {problem.T}) (the positions "
                              f"attention may use), got {array.dtype} {array.shape}")
@@ -479,15 +467,10 @@ def _nuclear(equal: np.ndarray, margin: np.ndarray, d: int) -> np.ndarray:
     constraints = [margin @ w >= 1] + ([equal @ w == 0] if len(equal) else [])
     problem = cp.Problem(cp.Minimize(cp.normNuc(W)), constraints)
     tol = CLARABEL_TOL["nuc"]
-    try:
-        problem.solve(solver=cp.CLARABEL, max_iter=CLARABEL_MAX_ITER, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
-    except cp.error.SolverError as err:
-        raise SolverError(f"Clarabel failed on the nuclear graph SVM of problem ({err})") from None
-    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+    settings = dict(solver=cp.CLARABEL, max_iter=CLARABEL_MAX_ITER, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+    if not _solved(problem, settings, "Clarabel", "nuclear graph SVM of problem", {}):
         raise InfeasibleSVM("the nuclear graph SVM of problem is infeasible: no W orders its components with a "
                             "margin (are the embeddings linearly dependent?)", [0])
-    if problem.status != cp.OPTIMAL:
-        raise SolverError(f"Clarabel stopped with status {problem.status!r} on the nuclear graph SVM of problem")
     return np.asarray(W.value)
 
 

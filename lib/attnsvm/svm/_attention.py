@@ -293,24 +293,34 @@ def _cvx_solver(norm: str, solver: str, k: int, d: int, options: dict):
 
     def solve(matrix: np.ndarray):
         A.value = matrix
-        try:
-            problem.solve(**settings)
-        except cp.error.SolverError as err:
-            raise SolverError(f"{solver} failed on the {norm} Att-SVM ({err}); {advice}") from err
-        except (TypeError, ValueError, OverflowError) as err:  # a setting the solver does not know, or a value it
-            if not options:                                      # refuses
-                raise
-            kind = TypeError if isinstance(err, TypeError) else ValueError
-            raise kind(f"options {options!r} were refused by {solver}: {err}") from err
-        if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        if not _solved(problem, settings, solver, f"{norm} Att-SVM", options, f"; {advice}"):
             return None
-        if problem.status != cp.OPTIMAL:
-            raise SolverError(f"{solver} stopped with status {problem.status!r} on the {norm} Att-SVM; {advice}")
         w = W.value.reshape(-1)
         if np.linalg.norm(w) > MAX_NORM:
             return None
         return w, np.maximum(margin.dual_value, 0.0)
     return solve
+
+
+def _solved(problem, settings: dict, solver: str, what: str, options: dict, advice: str = "") -> bool:
+    """Solve the cvxpy `problem` with `settings`: True at an optimum, False if it is infeasible, else a
+    SolverError on the `what` (with `advice`); a setting the solver refuses is blamed on the caller's `options`."""
+    import cvxpy as cp  # already loaded by the caller, which builds `problem`
+
+    try:
+        problem.solve(**settings)
+    except cp.error.SolverError as err:
+        raise SolverError(f"{solver} failed on the {what} ({err}){advice}") from err
+    except (TypeError, ValueError, OverflowError) as err:  # a setting the solver does not know, or a value it refuses
+        if not options:
+            raise
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise kind(f"options {options!r} were refused by {solver}: {err}") from err
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return False
+    if problem.status != cp.OPTIMAL:
+        raise SolverError(f"{solver} stopped with status {problem.status!r} on the {what}{advice}")
+    return True
 
 
 def _with_margin(solve, A: np.ndarray):

@@ -51,7 +51,7 @@ def _cvx_solver(p: float, k: int, d: int, options: dict):
     Clarabel through cvxpy; one cvxpy problem per call of att_svm (no state carried between calls)."""
     import cvxpy as cp
 
-    from ._attention import CLARABEL_MAX_ITER, MAX_NORM, SolverError
+    from ._attention import CLARABEL_MAX_ITER, MAX_NORM, _solved
 
     A = cp.Parameter((k, d * d))
     w = cp.Variable(d * d)
@@ -70,19 +70,8 @@ def _cvx_solver(p: float, k: int, d: int, options: dict):
 
     def solve(matrix: np.ndarray):
         A.value = matrix
-        try:
-            problem.solve(**settings)
-        except cp.error.SolverError as err:
-            raise SolverError(f"clarabel failed on the l{p:g} Att-SVM ({err})") from err
-        except (TypeError, ValueError, OverflowError) as err:
-            if not options:
-                raise
-            kind = TypeError if isinstance(err, TypeError) else ValueError
-            raise kind(f"options {options!r} were refused by clarabel: {err}") from err
-        if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        if not _solved(problem, settings, "clarabel", f"l{p:g} Att-SVM", options):
             return None
-        if problem.status != cp.OPTIMAL:
-            raise SolverError(f"clarabel stopped with status {problem.status!r} on the l{p:g} Att-SVM")
         if np.linalg.norm(w.value) > MAX_NORM:
             return None
         duals = np.maximum(margin.dual_value, 0.0)  # p = 2: w = A^T duals, and w / ||w|| is the subgradient

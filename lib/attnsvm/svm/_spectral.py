@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike
 from .._checks import finite_result
 from ..data import Problem
 from ._attention import (CLARABEL_MAX_ITER, CLARABEL_TOL, MAX_NORM, SCS_MAX_ITERS, SCS_TOL, SolverError, _accepted,
-                         _arrays, _least_distance, _option, _pairs, _raise_infeasible, _rows, _unit_scale)
+                         _arrays, _least_distance, _option, _pairs, _raise_infeasible, _rows, _solved, _unit_scale)
 from ._inputs import _unpack
 from ._nuclear_svm import _unscale
 
@@ -43,13 +43,9 @@ def _solver(solver: str, k: int, d: int):
 
     def solve(matrix: np.ndarray) -> np.ndarray:
         A.value = matrix
-        try:
-            problem.solve(**settings)
-        except cp.error.SolverError as err:
-            raise SolverError(f"{solver} failed on the spectral Att-SVM ({err}); try solver={other!r}") from err
-        if problem.status != cp.OPTIMAL:
-            raise SolverError(f"{solver} stopped with status {problem.status!r} on the spectral Att-SVM; try "
-                              f"solver={other!r}")
+        advice = f"; try solver={other!r}"
+        if not _solved(problem, settings, solver, "spectral Att-SVM", {}, advice):  # feasibility was checked first
+            raise SolverError(f"{solver} found the spectral Att-SVM infeasible{advice}")
         w = W.value.reshape(-1)
         return w / _accepted((matrix @ w).min(), f"{solver} returned a spectral Att-SVM solution",
                              f"; try solver={other!r}")
