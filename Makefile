@@ -22,7 +22,11 @@ CORES := $(shell nproc 2>/dev/null || echo 2)
 EXECUTE := ../$(BIN)/jupyter execute --inplace --timeout=600
 # The examples in the library's docstrings (the API pages show them), each after setup()'s numerics (lib/conftest.py).
 DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="NORMALIZE_WHITESPACE ELLIPSIS"
-NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# `make test` runs its suites on every core (pytest-xdist): the notebooks one per worker with all their cells
+# (--dist loadfile: nbval runs a notebook's cells in order in one kernel), the browser checks of one page in one
+# worker (--dist loadgroup: tests/browser/conftest.py groups them by page, so each page is opened once).
+PYTEST := $(BIN)/python -m pytest -n $(CORES)
+NBVAL := $(PYTEST) --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: setup book test notebooks sync student pdf bench e51-seeds faults clean
 
@@ -60,14 +64,14 @@ book: setup
 	@echo "The book is at _build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
+	$(PYTEST) tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
 	  tests/test_provenance.py
 	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
-	$(BIN)/python -m pytest tests/test_student_edition.py
+	$(PYTEST) tests/test_student_edition.py
 	$(JB_BUILD)
 	if command -v xelatex >/dev/null; then $(JB_BUILD) --builder pdflatex; fi
-	$(BIN)/python -m pytest tests/browser tests/test_pdf.py
+	$(PYTEST) --dist loadgroup tests/browser tests/test_pdf.py
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, every chapter executed afresh first.
 pdf: setup

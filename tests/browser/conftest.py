@@ -148,3 +148,12 @@ def settle(page, visit: Visit) -> None:
         waited += 100
         quiet = 0 if visit.pending else quiet + 100
     visit.failures += [f"{request.url} (no answer within {REQUEST_TIMEOUT_MS} ms)" for request in visit.pending]
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`make test` runs `--dist loadgroup`) all the checks of one page run in one worker, which
+    opens the page once."""
+    for item in items:
+        name = item.callspec.params.get("name") if hasattr(item, "callspec") else None
+        if name is not None:
+            item.add_marker(pytest.mark.xdist_group(name))

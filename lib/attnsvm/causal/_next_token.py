@@ -8,11 +8,11 @@ token y_i per sequence. The query of sequence i is its last token z_i = x_iT; it
     L(W) = -(1/n) sum_i log p_{i, y_i}                     (the output probability of a token: its attention mass).
 
 The priority graph of a query token k has an edge y_i -> x_it for every sequence i whose last token is k and every
-other token x_it of it (the label has priority over the tokens it was chosen among). Gradient descent retrieves the
-label's strongly connected component (SCC) hard and composes softly inside it: W(t) = R(t) W_svm + W_fin + (a
-bounded rest), with W_svm the graph SVM (``graph_svm``: logit differences equal inside a component, a margin of one
-across) and W_fin the minimizer of the loss restricted to the components (``finite_part``, in the span of
-``finite_subspace``). This is a causal model's last query, hence its place in ``causal``; its names carry ``ntp``
+other token x_it of it (the label has priority over the tokens it was chosen among). By the paper (not proved here;
+checked numerically in the book), gradient descent learns to retrieve the label's strongly connected component
+(SCC) hard and to compose softly inside it, W(t) ~ R(t) W_svm + W_fin, with W_svm the graph SVM (``graph_svm``:
+logit differences equal inside a component, a margin of one across) and W_fin the minimizer of the loss
+restricted to the components (``finite_part``, in the span of ``finite_subspace``). This is a causal model's last query, hence its place in ``causal``; its names carry ``ntp``
 where the causal model of every query has its own (``causal.loss`` there, ``causal.ntp_loss`` here).
 """
 
@@ -281,8 +281,9 @@ def _gradient(problem: NTPProblem, W: torch.Tensor):
 
 
 def ntp_gradient(problem: NTPProblem, W: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-    """(direction (d, d), log_scale (0-d)): the exact gradient dL/dW = exp(log_scale) * direction of ``ntp_loss``,
-    however far softmax saturates (log_scale is -inf where the gradient is exactly 0).
+    """(direction (d, d), log_scale (0-d)): the gradient dL/dW = exp(log_scale) * direction of ``ntp_loss``, free of
+    underflow however far softmax saturates (log_scale is -inf where the gradient is exactly 0). Terms of order
+    one that cancel still leave their round-off (about 1e-16 of each) in the direction.
 
     Examples
     --------
@@ -579,8 +580,8 @@ def _reduced(problem: NTPProblem, basis: np.ndarray):
 
 def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
     """W_fin, numpy (d, d): the minimizer, over the span of ``finite_subspace``, of the loss restricted to the
-    retrieved positions (each sequence's tokens in its label's component): the soft composition that gradient
-    descent converges to inside the components. Newton's method with a backtracking line search on this convex
+    retrieved positions (each sequence's tokens in its label's component): the soft composition inside the
+    components that, by the paper (not proved here), gradient descent approaches. Newton's method with a backtracking line search on this convex
     function, from 0, to a gradient below 1e-12; raises SolverError if ``max_steps`` steps do not reach it (no
     finite minimizer, e.g. linearly dependent embeddings).
 
