@@ -40,6 +40,7 @@ def test_diagonal_features_rejects_a_non_problem():
     (dict(normalized=None), r"normalized"), (dict(factorized=True, init=None), r"init=None"),
     (dict(factorized=True, init=ONES), r"init for factorized=True must be a pair"),
     (dict(factorized=True, init=(ONES, ONES[:3])), r"init\[1\] \(q0\)"),
+    (dict(factorized=True, init=(0 * ONES, 0 * ONES)), r"init=\(k0, q0\) is zero in every coordinate"),
     (dict(factorized=False, init=(ONES, ONES)), r"init for factorized=False"),
     (dict(factorized=False, init=ONES * np.nan), r"init"),
     (dict(lr=1e308, steps=3), r"lr"),

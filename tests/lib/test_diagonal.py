@@ -87,6 +87,25 @@ def test_normalized_steps_have_length_lr_in_w_and_the_balanced_start_stays_balan
     assert torch.equal(locked.K, locked.Q) and (locked.W >= 0).all()
 
 
+def test_an_all_zero_factorized_start_is_rejected():
+    """k = q = 0 is a stationary point: such a start used to run a silent no-op; now it names init and the fix,
+    for one problem and for one problem of a batch. A start that is zero in some coordinates only still runs."""
+    problem, _ = _problem()
+    zeros = torch.zeros(12, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"init=\(k0, q0\) is zero in every coordinate: .*stationary point.*"
+                                         r"start from a nonzero pair"):
+        train.diagonal_gd(problem, factorized=True, steps=3, lr=0.1, init=(zeros, zeros))
+    problems, _ = _problem(batch=3)
+    k0 = torch.ones(3, 12, dtype=torch.float64)
+    k0[1] = 0
+    with pytest.raises(ValueError, match=r"zero in every coordinate for problem 1:"):
+        train.diagonal_gd(problems, factorized=True, steps=3, lr=0.1, init=(k0, 0 * k0))
+    partly = zeros.clone()
+    partly[0] = 0.1
+    run = train.diagonal_gd(problem, factorized=True, steps=3, lr=0.1, init=(partly, zeros))
+    assert not torch.equal(run.W[-1], run.W[0])
+
+
 def test_conservation_law_of_gradient_descent():
     problem, _ = _problem()
     k0, q0 = torch.linspace(-0.3, 0.2, 12, dtype=torch.float64), torch.linspace(0.2, 0.1, 12, dtype=torch.float64)

@@ -1,6 +1,7 @@
 """The entrywise lp Att-SVM (svm.att_svm(..., norm=p)) against direct cvxpy formulations on small cases."""
 
 import math
+import re
 
 import cvxpy as cp
 import numpy as np
@@ -163,3 +164,12 @@ def test_the_dual_solver_never_returns_a_short_margin():
     else:
         for b in range(3):
             assert (svm.constraint_matrix(problems[b], alpha[b]) @ W[b].reshape(-1)).min() >= 1 - 1e-12
+
+
+@pytest.mark.parametrize("p,solver,name", [(1.0000001, "dual", "l1.0000001"), (1.0, None, "l1"),
+                                           (2.5, "dual", "l2.5"), (INF, "highs", "linf"), (3, None, "l3")])
+def test_messages_name_p_faithfully(p, solver, name):
+    """p = 1.0000001 used to be printed with :g, naming the "l1 Att-SVM" (a different, linear program)."""
+    X = np.array([[[1.0, 0.0], [1.0, 0.0]]])  # equal tokens: infeasible for every p
+    with pytest.raises(svm.InfeasibleSVM, match=rf"^the {re.escape(name)} Att-SVM is infeasible:"):
+        svm.att_svm(X, np.array([[1.0, 0.0]]), [0], norm=p, solver=solver)

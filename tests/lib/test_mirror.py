@@ -163,3 +163,27 @@ def test_a_zero_gradient_gives_no_step_with_or_without_eps():
                                    eps=eps)
         torch.testing.assert_close(run.K[1], K0, rtol=1e-14, atol=0)  # up to the mirror map's round-off
         assert torch.isfinite(run.W).all() and bool((run.Q[1] != 0).any())
+
+
+@pytest.mark.parametrize("train_on", [lambda problem, **a: train.mirror_descent(problem, p=1.75, **a),
+                                      lambda problem, **a: train.sign_descent(problem, **a)])
+def test_an_all_zero_KQ_start_is_refused_like_init_zeros(train_on):
+    """K0 = Q0 = 0 is the saddle point that init="zeros" names: such an explicit start used to run silently and
+    stay at W = 0. Now it is refused, for one problem and for some problems of a batch; a start with only Q0 = 0
+    still runs and moves."""
+    problem, zeros = _problem(seed=13), torch.zeros(4, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r'^init="zeros" is a saddle point'):
+        train_on(problem, steps=2, lr=0.1, param="KQ", init="zeros")
+    with pytest.raises(ValueError, match=r"^init=\(K0, Q0\) has K0 = Q0 = 0: like init=\"zeros\", a saddle "
+                                         r"point .*use init=\"uniform\" or pass a nonzero \(K0, Q0\)$"):
+        train_on(problem, steps=2, lr=0.1, param="KQ", init=(zeros, zeros.clone()))
+    problems = _problem(seed=13, batch=3)
+    K0 = _start((3, 4, 4), seed=14)
+    K0[1] = 0
+    with pytest.raises(ValueError, match=r"K0 = Q0 = 0 for problem 1:"):
+        train_on(problems, steps=2, lr=0.1, param="KQ", init=(K0, torch.zeros(3, 4, 4)))
+    K0[2] = 0
+    with pytest.raises(ValueError, match=r"K0 = Q0 = 0 for problems \[1, 2\]:"):
+        train_on(problems, steps=2, lr=0.1, param="KQ", init=(K0, torch.zeros(3, 4, 4)))
+    run = train_on(problem, steps=2, lr=0.1, param="KQ", init=(_start((4, 4), seed=14), zeros))
+    assert bool((run.Q[-1] != 0).any()) and bool((run.W[-1] != 0).any())

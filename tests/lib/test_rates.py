@@ -143,3 +143,48 @@ def test_fit_line_matches_polyfit_and_recovers_laws():
     law = train.fit_line(k, 3 * np.log(k) + 1, x_scale="log", y_scale="linear")
     assert abs(law.slope - 3) < 1e-12 and abs(law.intercept - 1) < 1e-12 and law.r2 == pytest.approx(1)
     assert train.fit_line(k, np.full(99, 2.0)).r2 == 1.0  # a constant is an exact line
+
+
+def test_polyak_refuses_a_problem_whose_optimal_tokens_are_not_separable():
+    """There L* is a lower bound the loss does not approach: the Polyak rule used to jump to ||W|| ~ 1e7 and
+    freeze with the loss above its start, silently. Now it raises InfeasibleSVM naming the problem and the fix."""
+    problem = data.random_problem(n=8, T=3, d=1, seed=0)
+    assert not svm.feasible(problem, theory.optimal_tokens(problem))
+    for gradient in ("exact", "autograd"):
+        with pytest.raises(svm.InfeasibleSVM, match=r"^the problem's optimal tokens are not separable \(.*"
+                                                    r"Polyak steps.*need L\* to be the infimum; increase d .*"
+                                                    r"or use train\.gd$"):
+            train.polyak(problem, steps=5, gradient=gradient)
+    problems = data.random_problem(n=4, T=3, d=2, seed=1, batch=6)
+    assert svm.feasible(problems, theory.optimal_tokens(problems)).tolist() == [True] * 3 + [False] + [True] * 2
+    with pytest.raises(svm.InfeasibleSVM, match=r"not separable \(batch instance 3\)") as error:
+        train.polyak(problems, steps=5)
+    assert error.value.instances == (3,)
+    run = train.polyak(problems[0], steps=5)  # a separable instance still runs
+    assert train.log_loss_gap(problems[0], run.W[-1]) < train.log_loss_gap(problems[0], run.W[0])
+
+
+@pytest.mark.parametrize(("x_exp", "y_exp"), [(x_exp, y_exp) for x_exp in (-300, -200, -100, 0, 100, 200, 300)
+                                               for y_exp in (-200, 0, 200) if abs(y_exp - x_exp) <= 300])
+def test_fit_line_is_exact_at_any_float64_scale(x_exp, y_exp):
+    """x = 1e-200 k used to give slope inf and R^2 nan, x = 1e200 k a silent slope 0 and R^2 0: the sums
+    under- or overflowed. Scaled inputs must give the scaled slope and intercept, and R^2 = 1 on exact lines."""
+    k = np.arange(1.0, 8.0)
+    x, y = 10.0**x_exp * k, 10.0**y_exp * (2.0 * k - 3.0)
+    fit = train.fit_line(x, y, y_scale="linear")
+    assert fit.slope == pytest.approx(2.0 * 10.0 ** (y_exp - x_exp), rel=1e-12)
+    assert fit.intercept == pytest.approx(-3.0 * 10.0**y_exp, rel=1e-12)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-12)
+    power = train.fit_line(x, 10.0**y_exp * k**-1.5, x_scale="log")  # log y = -1.5 log x + const
+    assert power.slope == pytest.approx(-1.5, rel=1e-12) and power.r2 == pytest.approx(1.0, abs=1e-12)
+    noisy = y + 10.0**y_exp * np.array([0.1, -0.2, 0.0, 0.3, -0.1, 0.2, -0.3])
+    reference = train.fit_line(k, noisy / 10.0**y_exp, y_scale="linear")  # the same fit at scale 1
+    scaled = train.fit_line(x, noisy, y_scale="linear")
+    assert scaled.slope == pytest.approx(reference.slope * 10.0 ** (y_exp - x_exp), rel=1e-12)
+    assert scaled.r2 == pytest.approx(reference.r2, abs=1e-12) and scaled.r2 < 0.999
+
+
+def test_fit_line_refuses_a_slope_beyond_float64():
+    k = np.arange(1.0, 5.0)
+    with pytest.raises(FloatingPointError, match="rescale x or y"):
+        train.fit_line(1e-200 * k, 1e200 * k, y_scale="linear")

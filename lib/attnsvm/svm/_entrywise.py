@@ -46,6 +46,13 @@ def exponent(norm) -> float:
     return p
 
 
+def _label(p: float) -> str:
+    """p as written in messages: the short form ("1", "2.5", "inf") where it is exact, else the full repr (so
+    p = 1.0000001 is not named as p = 1)."""
+    short = f"{p:g}"
+    return short if float(short) == p else repr(p)
+
+
 def _cvx_solver(p: float, k: int, d: int, options: dict):
     """solve(A) -> (w, multipliers) or None (infeasible, or ||w|| > MAX_NORM) for constraint matrices (k, d^2), by
     Clarabel through cvxpy; one cvxpy problem per call of att_svm (no state carried between calls)."""
@@ -70,7 +77,7 @@ def _cvx_solver(p: float, k: int, d: int, options: dict):
 
     def solve(matrix: np.ndarray):
         A.value = matrix
-        if not _solved(problem, settings, "clarabel", f"l{p:g} Att-SVM", options):
+        if not _solved(problem, settings, "clarabel", f"l{_label(p)} Att-SVM", options):
             return None
         if np.linalg.norm(w.value) > MAX_NORM:
             return None
@@ -111,7 +118,7 @@ def _highs_solver(p: float, k: int, d: int, options: dict):
         if result.status == 2:  # infeasible
             return None
         if result.status != 0:
-            raise SolverError(f"highs stopped with status {result.status} ({result.message}) on the l{p:g} "
+            raise SolverError(f"highs stopped with status {result.status} ({result.message}) on the l{_label(p)} "
                               f"Att-SVM; try solver='clarabel'")
         w = result.x[:m]
         if np.linalg.norm(w) > MAX_NORM:
@@ -187,15 +194,16 @@ def entrywise_svm(X, Z, alpha, norm, *, solver: str | None, return_multipliers: 
         solution = solve(A)
         solutions.append(None if solution is None else (*solution, (A @ solution[0]).min()))
     _raise_infeasible(
-        solutions, batch, f"the l{p:g} Att-SVM",
+        solutions, batch, f"the l{_label(p)} Att-SVM",
         f"no W separates the selected tokens alpha of X from the others with margin 1 for the queries Z (or only "
         f"one of huge norm). Increase d, or select other tokens (e.g. theory.optimal_tokens).")
     Ws, lams = [], []
-    what = f"the l{p:g} Att-SVM solution for these X, Z"
+    what = f"the l{_label(p)} Att-SVM solution for these X, Z"
     other = ("highs" if linear else "dual") if solver == "clarabel" else "clarabel"
     advice = f"; try solver={other!r}"
     for (w, lam, smallest), (_, e), a in zip(solutions, scaled, alphas):
-        w = w / _accepted(smallest, f"{solver} returned an l{p:g} Att-SVM solution", advice, strict=options is None)
+        w = w / _accepted(smallest, f"{solver} returned an l{_label(p)} Att-SVM solution", advice,
+                          strict=options is None)
         Ws.append(_unscale(w.reshape(d, d), e, what))
         if return_multipliers:  # a subgradient of a norm is scale-free: lambda scales as W
             lams.append(_scatter(_unscale(lam, e, "the multipliers for X, Z"), a, T))

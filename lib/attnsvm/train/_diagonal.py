@@ -39,8 +39,16 @@ def _starts(problem: Problem, factorized: bool, init) -> tuple[torch.Tensor, ...
     if not isinstance(init, (tuple, list)) or len(init) != 2:
         raise ValueError(f"init for factorized=True must be a pair (k0, q0) of vectors (d,) or (..., d), got "
                          f"{type(init).__name__}")
-    return tuple(initial_vector(part, f"init[{j}] ({name})", batch, d, None)
-                 for j, (part, name) in enumerate(zip(init, ("k0", "q0"))))
+    k0, q0 = (initial_vector(part, f"init[{j}] ({name})", batch, d, None)
+              for j, (part, name) in enumerate(zip(init, ("k0", "q0"))))
+    stuck = ((k0 == 0) & (q0 == 0)).all(-1)  # (...): k = q = 0 in every coordinate
+    if stuck.any():
+        index = stuck.nonzero()[0].tolist() if stuck.ndim else []
+        where = f" for problem {index[0] if len(index) == 1 else tuple(index)}" if index else ""
+        raise ValueError(f"init=(k0, q0) is zero in every coordinate{where}: (0, 0) is a stationary point of the "
+                         "factorized model (the gradients with respect to k and q vanish there), so gradient "
+                         "descent would not move; start from a nonzero pair, e.g. init=(0.1 * ones, 0 * ones)")
+    return k0, q0
 
 
 @torch.no_grad()  # a run records data, not a graph
@@ -53,7 +61,8 @@ def diagonal_gd(problem: Problem, *, factorized: bool, steps: int, lr: float, in
     (simultaneously). ``normalized`` (default): eta = lr / ||g||_2, so that both models take steps of the same
     gradient-flow time (a W-step of length lr); a zero gradient gives no step. Otherwise eta = lr (plain gradient
     descent). ``init``: for ``factorized=False`` None (w = 0) or an initial w, (d,) or (..., d); for
-    ``factorized=True`` a pair (k0, q0) of such vectors (required: k = q = 0 is a stationary point).
+    ``factorized=True`` a pair (k0, q0) of such vectors (required, and not zero in every coordinate of a problem:
+    k = q = 0 is a stationary point, so such a start raises ValueError).
     ``loss``: a name of ``model.LOSSES``. Returns a Trajectory whose ``W`` (and, factorized, ``K`` and ``Q``) hold
     the diagonal matrices diag(w) (diag(k), diag(q)), shape (records, ..., d, d), recorded at steps 0,
     record_every, ..., and ``steps``.

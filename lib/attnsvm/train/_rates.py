@@ -58,7 +58,9 @@ def _axis(values: ArrayLike, name: str, scale: str) -> np.ndarray:
 def fit_line(x: ArrayLike, y: ArrayLike, *, x_scale: str = "linear", y_scale: str = "log") -> Fit:
     """Fit Y = slope X + intercept by least squares, X = x or log x (``x_scale`` "linear" or "log"), and
     Y = y or log y (``y_scale``); natural logs. ``x`` and ``y``: 1-d arrays of the same length, at least three
-    points, x not all equal.
+    points, x not all equal. Each axis is centred and divided by a power of two near its largest magnitude
+    before the sums, so the fit holds at any float64 scale (x ~ 1e-200 or 1e200); a slope or intercept beyond
+    float64's range raises FloatingPointError.
 
     Examples
     --------
@@ -79,10 +81,23 @@ def fit_line(x: ArrayLike, y: ArrayLike, *, x_scale: str = "linear", y_scale: st
         raise ValueError(f"x and y must hold at least 3 points (a line through 2 says nothing), got {X.size}")
     if np.ptp(X) == 0:
         raise ValueError("x must not be constant (the slope would be undefined)")
-    Xc, Yc = X - X.mean(), Y - Y.mean()
-    slope = float((Xc @ Yc) / (Xc @ Xc))
-    intercept = float(Y.mean() - slope * X.mean())
+    # Divide each axis by a power of two near its largest magnitude first (exact), so that neither the means nor
+    # the products over- or underflow (x ~ 1e-200 or 1e200); then scale the slope and the intercept back.
+    x_exp, y_exp = (int(np.frexp(np.abs(A).max())[1]) - 1 for A in (X, Y))  # 2^exp <= max |A| < 2^(exp+1)
+    y_exp = y_exp if np.abs(Y).max() > 0 else 0
+    Xs, Ys = np.ldexp(X, -x_exp), np.ldexp(Y, -y_exp)
+    Xc, Yc = Xs - Xs.mean(), Ys - Ys.mean()
+    spread = Xc @ Xc
+    if spread == 0:  # x differs only in digits that the squares lose
+        raise ValueError("x must not be constant to float64 precision (the slope would be undefined)")
+    unit_slope = (Xc @ Yc) / spread
+    with np.errstate(over="ignore"):
+        slope = float(np.ldexp(unit_slope, y_exp - x_exp))
+        intercept = float(np.ldexp(Ys.mean() - unit_slope * Xs.mean(), y_exp))
+    if not (np.isfinite(slope) and np.isfinite(intercept)):
+        raise FloatingPointError(f"the fitted slope ({slope!r}) or intercept ({intercept!r}) is outside float64's "
+                                 f"range: rescale x or y")
     total = float(Yc @ Yc)
-    residual = float(((Yc - slope * Xc) ** 2).sum())
+    residual = float(((Yc - unit_slope * Xc) ** 2).sum())
     r2 = 1.0 if total == 0 else 1.0 - residual / total
     return Fit(slope, intercept, r2)

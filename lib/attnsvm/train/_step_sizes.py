@@ -21,6 +21,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from . import _gradients as gradients
+from .. import svm
 from .._checks import as_index, option, positive_int
 from .._checks import seed as _seed
 from ..data import Problem
@@ -141,11 +142,32 @@ def _unit(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return G / torch.where(norm > 0, norm, 1.0), (torch.log(scale) + torch.log(norm))[..., 0, 0]
 
 
+def _require_infimum(problem: Problem) -> None:
+    """An InfeasibleSVM (a ValueError) where the Att-SVM of the optimal tokens (``svm.feasible``; with ties for
+    the best score, the first best token, as ``theory.optimal_tokens``) is infeasible: there L* of
+    ``optimal_loss`` is only a lower bound that the loss does not approach, and Polyak steps sized by L - L*
+    overshoot (W jumps far out and the loss freezes above L*)."""
+    alpha = _scores(problem).detach().argmax(-1)  # theory.optimal_tokens
+    flags = np.asarray(svm.feasible(problem.X.detach(), problem.Z.detach(), alpha.numpy()))
+    if flags.all():
+        return
+    bad = [tuple(i) if len(i) > 1 else i[0] for i in np.argwhere(~flags).tolist()] if flags.ndim else []
+    where = "" if not bad else f" (batch instance {bad[0]})" if len(bad) == 1 else f" (batch instances {bad})"
+    raise svm.InfeasibleSVM(
+        f"the problem's optimal tokens are not separable{where} (their Att-SVM is infeasible: InfeasibleSVM): "
+        f"the loss does not approach L* = train.optimal_loss(problem) (or only beyond ||W|| = {svm.MAX_NORM:g}), "
+        f"and Polyak steps, sized by L - L*, need L* to be the infimum; increase d (generic data are separable "
+        f"when d >= max(T - 1, n)) or use train.gd",
+        np.flatnonzero(~flags.reshape(-1)).tolist())
+
+
 @torch.no_grad()  # a run records data, not a graph
 def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None, record_every: int = 1,
            loss: str = "logistic", gradient: str = "exact", seed: int = 0) -> Trajectory:
     """Gradient descent on W with the Polyak step size, W <- W - (L(W) - L*) / ||grad L(W)||_F^2 grad L(W), for
-    every problem in the batch (L* from ``optimal_loss``).
+    every problem in the batch (L* from ``optimal_loss``). L* must be the infimum of the loss: a problem whose
+    optimal tokens are not separable (their Att-SVM, ``svm.att_svm``, is infeasible; ``svm.feasible`` tells) is
+    refused with ``svm.InfeasibleSVM`` (a ValueError), since there the loss stays above L* and the steps overshoot.
 
     ``gradient``: "exact" (the default) computes the step's length (L - L*) / ||grad L|| from ``log_loss_gap``
     and the log-scaled exact gradient, so it stays exact after L - L* and the gradient have underflowed;
@@ -176,6 +198,7 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
     recorder = _recorder(steps, record_every, entries)
     loss_fn, values = LOSSES[loss], _token_values(problem, problem.v)
     L_star = optimal_loss(problem, loss)
+    _require_infimum(problem)
     with _overflow("Polyak steps' iterates", _blame("the Polyak step", "init"), "start from a smaller init"):
         for k in range(steps + 1):
             if recorder.wants(k):
