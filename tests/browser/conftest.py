@@ -157,3 +157,10 @@ def pytest_collection_modifyitems(items):
         name = item.callspec.params.get("name") if hasattr(item, "callspec") else None
         if name is not None:
             item.add_marker(pytest.mark.xdist_group(name))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Without chromium and XeLaTeX every module of this suite skips. pytest-xdist then reports that it collected
+    nothing (exit status 5); that is the skip the README promises, not a failure."""
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and session.testscollected == 0:
+        session.exitstatus = pytest.ExitCode.OK
