@@ -166,7 +166,8 @@ def test_a_zero_gradient_gives_no_step_with_or_without_eps():
 
 
 @pytest.mark.parametrize("train_on", [lambda problem, **a: train.mirror_descent(problem, p=1.75, **a),
-                                      lambda problem, **a: train.sign_descent(problem, **a)])
+                                      lambda problem, **a: train.sign_descent(problem, **a),
+                                      lambda problem, **a: train.gd(problem, engine="torch", **a)])
 def test_an_all_zero_KQ_start_is_refused_like_init_zeros(train_on):
     """K0 = Q0 = 0 is the saddle point that init="zeros" names: such an explicit start used to run silently and
     stay at W = 0. Now it is refused, for one problem and for some problems of a batch; a start with only Q0 = 0

@@ -59,7 +59,8 @@ def initial_parameters(problem: Problem, param: str, init: str | ArrayLike | tup
     records data, not a graph), as ``train.gd`` starts from them.
 
     ``param``: "W" or "KQ"; ``init``: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W
-    (..., d, d) or a pair (K0, Q0); ``m``: the width of K and Q for "uniform"; ``seed``: the seed of "uniform".
+    (..., d, d) or a pair (K0, Q0), not both zero for any problem (a saddle point, like "zeros" for (K, Q));
+    ``m``: the width of K and Q for "uniform"; ``seed``: the seed of "uniform".
 
     Examples
     --------
@@ -101,7 +102,24 @@ def initial_parameters(problem: Problem, param: str, init: str | ArrayLike | tup
     width = K0.shape[-1] if K0.ndim >= 2 else m
     require_shape(K0, "init[0] (K0)", batch + (d, width), "the initial key matrix K, (..., d, m)")
     require_shape(Q0, "init[1] (Q0)", tuple(K0.shape), "the initial query matrix Q, the same shape as K0")
+    _refuse_zero_pair(K0, Q0)
     return K0.detach(), Q0.detach()
+
+
+def _refuse_zero_pair(K: torch.Tensor, Q: torch.Tensor) -> None:
+    """A ValueError where an explicit start (K0, Q0) has K0 = Q0 = 0 (for some problem of a batch): like
+    init="zeros", a saddle point of the (K, Q) parameterization, where every step is zero. A start with only one
+    factor zero is accepted: the zero factor's gradient (G Q0 or G^T K0) is in general not zero."""
+    stuck = (K == 0).all(-1).all(-1) & (Q == 0).all(-1).all(-1)  # (...): batch shape
+    if stuck.any():
+        index = stuck.nonzero().tolist() if stuck.ndim else []
+        where = ""
+        if index:
+            problems = [tuple(i) if len(i) > 1 else i[0] for i in index]
+            where = f" for problem {problems[0]}" if len(problems) == 1 else f" for problems {problems}"
+        raise ValueError(f"init=(K0, Q0) has K0 = Q0 = 0{where}: like init=\"zeros\", a saddle point of the (K, Q) "
+                         f"parameterization (zero gradient), so no step would move it: use init=\"uniform\" or "
+                         f"pass a nonzero (K0, Q0)")
 
 
 def initial_vector(value: ArrayLike, name: str, batch: tuple[int, ...], d: int,

@@ -119,22 +119,6 @@ def _dual(w: torch.Tensor, p: float) -> torch.Tensor:
     return torch.sign(w) * w.abs() ** (p - 1.0)
 
 
-def _refuse_zero_pair(K: torch.Tensor, Q: torch.Tensor) -> None:
-    """A ValueError where an explicit start (K0, Q0) has K0 = Q0 = 0 (for some problem of a batch): like
-    init="zeros", a saddle point of the (K, Q) parameterization, where every step is zero. A start with only one
-    factor zero is accepted: the zero factor's gradient (G Q0 or G^T K0) is in general not zero."""
-    stuck = (K == 0).all(-1).all(-1) & (Q == 0).all(-1).all(-1)  # (...): batch shape
-    if stuck.any():
-        index = stuck.nonzero().tolist() if stuck.ndim else []
-        where = ""
-        if index:
-            problems = [tuple(i) if len(i) > 1 else i[0] for i in index]
-            where = f" for problem {problems[0]}" if len(problems) == 1 else f" for problems {problems}"
-        raise ValueError(f"init=(K0, Q0) has K0 = Q0 = 0{where}: like init=\"zeros\", a saddle point of the (K, Q) "
-                         f"parameterization (zero gradient), so no step would move it: use init=\"uniform\" or "
-                         f"pass a nonzero (K0, Q0)")
-
-
 def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: int, record_every: int, loss: str,
            rule, update, name: str) -> Trajectory:
     """The shared loop of mirror and sign descent: update(params, grads, log_scale) -> new params."""
@@ -145,8 +129,6 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
     record_every = positive_int(record_every, "record_every")
     m = problem.d if m is None else positive_int(m, "m")
     params = initial_parameters(problem, param, init, m, seed)
-    if param == "KQ":
-        _refuse_zero_pair(*params)
     d, width = problem.d, 0 if param == "W" else params[0].shape[-1]
     entries = np.prod(problem.batch_shape, dtype=float) * (d * d + 2 * d * width + problem.n * problem.T + 1)
     recorder = _recorder(steps, record_every, entries)
