@@ -7,7 +7,7 @@ import torch
 
 __all__ = ["as_array", "as_index", "as_tensor", "boolean", "budget", "choice", "cpu_device", "finite_result", "memory",
            "nonnegative_float", "number", "on_cpu", "option", "positive_float", "positive_int", "require_shape",
-           "seed", "MAX_BYTES"]
+           "seed", "which_problems", "MAX_BYTES"]
 
 MAX_BYTES = 2 * 2**30  # float64 arrays one call may allocate; a larger request is refused before the work
 
@@ -184,3 +184,13 @@ def cpu_device(device, name: str = "device"):
         raise ValueError(f"{name}={device!r} is not supported: attnsvm computes on the CPU, pass {name}=None or "
                          "'cpu'")
     return "cpu"
+
+
+def which_problems(mask) -> str:
+    """" for problem i" or " for problems [i, j, ...]" naming where a boolean mask over a batch of problems is
+    true (a tuple index for a batch of several dimensions); "" for a single problem (a 0-d mask)."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.ndim == 0:
+        return ""
+    index = [tuple(i) if len(i) > 1 else i[0] for i in np.argwhere(mask).tolist()]
+    return f" for problem {index[0]}" if len(index) == 1 else f" for problems {index}"

@@ -157,7 +157,7 @@ def test_polyak_refuses_a_problem_whose_optimal_tokens_are_not_separable():
             train.polyak(problem, steps=5, gradient=gradient)
     problems = data.random_problem(n=4, T=3, d=2, seed=1, batch=6)
     assert svm.feasible(problems, theory.optimal_tokens(problems)).tolist() == [True] * 3 + [False] + [True] * 2
-    with pytest.raises(svm.InfeasibleSVM, match=r"not separable \(batch instance 3\)") as error:
+    with pytest.raises(svm.InfeasibleSVM, match=r"not separable for problem 3 \(") as error:
         train.polyak(problems, steps=5)
     assert error.value.instances == (3,)
     run = train.polyak(problems[0], steps=5)  # a separable instance still runs

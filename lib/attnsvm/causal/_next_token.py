@@ -12,8 +12,9 @@ other token x_it of it (the label has priority over the tokens it was chosen amo
 checked numerically in the book), gradient descent learns to retrieve the label's strongly connected component
 (SCC) hard and to compose softly inside it, W(t) ~ R(t) W_svm + W_fin, with W_svm the graph SVM (``graph_svm``:
 logit differences equal inside a component, a margin of one across) and W_fin the minimizer of the loss
-restricted to the components (``finite_part``, in the span of ``finite_subspace``). This is a causal model's last query, hence its place in ``causal``; its names carry ``ntp``
-where the causal model of every query has its own (``causal.loss`` there, ``causal.ntp_loss`` here).
+restricted to the components (``finite_part``, in the span of ``finite_subspace``). This is a causal model's
+last query, hence its place in ``causal``; its names carry ``ntp`` where the causal model of every query has its
+own (``causal.loss`` there, ``causal.ntp_loss`` here).
 """
 
 from __future__ import annotations
@@ -581,9 +582,9 @@ def _reduced(problem: NTPProblem, basis: np.ndarray):
 def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
     """W_fin, numpy (d, d): the minimizer, over the span of ``finite_subspace``, of the loss restricted to the
     retrieved positions (each sequence's tokens in its label's component): the soft composition inside the
-    components that, by the paper (not proved here), gradient descent approaches. Newton's method with a backtracking line search on this convex
-    function, from 0, to a gradient below 1e-12; raises SolverError if ``max_steps`` steps do not reach it (no
-    finite minimizer, e.g. linearly dependent embeddings).
+    components that, by the paper (not proved here), gradient descent approaches. Newton's method with a
+    backtracking line search on this convex function, from 0, to a gradient below 1e-12; raises SolverError if
+    ``max_steps`` steps do not reach it (no finite minimizer, e.g. linearly dependent embeddings).
 
     Examples
     --------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from numpy.typing import ArrayLike
 
-from .._checks import boolean, positive_float, positive_int
+from .._checks import boolean, positive_float, positive_int, which_problems
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
@@ -43,10 +43,8 @@ def _starts(problem: Problem, factorized: bool, init) -> tuple[torch.Tensor, ...
               for j, (part, name) in enumerate(zip(init, ("k0", "q0"))))
     stuck = ((k0 == 0) & (q0 == 0)).all(-1)  # (...): k = q = 0 in every coordinate
     if stuck.any():
-        index = stuck.nonzero()[0].tolist() if stuck.ndim else []
-        where = f" for problem {index[0] if len(index) == 1 else tuple(index)}" if index else ""
-        raise ValueError(f"init=(k0, q0) is zero in every coordinate{where}: (0, 0) is a stationary point of the "
-                         "factorized model (the gradients with respect to k and q vanish there), so gradient "
+        raise ValueError(f"init=(k0, q0) is zero in every coordinate{which_problems(stuck)}: (0, 0) is a "
+                         "stationary point of the factorized model (the gradients with respect to k and q vanish there), so gradient "
                          "descent would not move; start from a nonzero pair, e.g. init=(0.1 * ones, 0 * ones)")
     return k0, q0
 

@@ -7,7 +7,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from .._checks import cpu_device as _device
-from .._checks import as_tensor, positive_int, require_shape
+from .._checks import as_tensor, positive_int, require_shape, which_problems
 from ..data import Problem, _seed
 from ..model import _checked_problem, _memory_budget, _option
 
@@ -112,12 +112,7 @@ def _refuse_zero_pair(K: torch.Tensor, Q: torch.Tensor) -> None:
     factor zero is accepted: the zero factor's gradient (G Q0 or G^T K0) is in general not zero."""
     stuck = (K == 0).all(-1).all(-1) & (Q == 0).all(-1).all(-1)  # (...): batch shape
     if stuck.any():
-        index = stuck.nonzero().tolist() if stuck.ndim else []
-        where = ""
-        if index:
-            problems = [tuple(i) if len(i) > 1 else i[0] for i in index]
-            where = f" for problem {problems[0]}" if len(problems) == 1 else f" for problems {problems}"
-        raise ValueError(f"init=(K0, Q0) has K0 = Q0 = 0{where}: like init=\"zeros\", a saddle point of the (K, Q) "
+        raise ValueError(f"init=(K0, Q0) has K0 = Q0 = 0{which_problems(stuck)}: like init=\"zeros\", a saddle point of the (K, Q) "
                          f"parameterization (zero gradient), so no step would move it: use init=\"uniform\" or "
                          f"pass a nonzero (K0, Q0)")
 

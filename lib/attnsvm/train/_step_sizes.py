@@ -21,8 +21,8 @@ import torch
 from numpy.typing import ArrayLike
 
 from . import _gradients as gradients
-from .. import svm
-from .._checks import as_index, option, positive_int
+from .. import svm, theory
+from .._checks import as_index, option, positive_int, which_problems
 from .._checks import seed as _seed
 from ..data import Problem
 from ..model import (_TRAINING, LOSSES, _checked_problem, _finite, _logits, _outputs, _overflow, _risk,
@@ -147,14 +147,12 @@ def _require_infimum(problem: Problem) -> None:
     the best score, the first best token, as ``theory.optimal_tokens``) is infeasible: there L* of
     ``optimal_loss`` is only a lower bound that the loss does not approach, and Polyak steps sized by L - L*
     overshoot (W jumps far out and the loss freezes above L*)."""
-    alpha = _scores(problem).detach().argmax(-1)  # theory.optimal_tokens
+    alpha = theory.optimal_tokens(problem).detach()
     flags = np.asarray(svm.feasible(problem.X.detach(), problem.Z.detach(), alpha.numpy()))
     if flags.all():
         return
-    bad = [tuple(i) if len(i) > 1 else i[0] for i in np.argwhere(~flags).tolist()] if flags.ndim else []
-    where = "" if not bad else f" (batch instance {bad[0]})" if len(bad) == 1 else f" (batch instances {bad})"
     raise svm.InfeasibleSVM(
-        f"the problem's optimal tokens are not separable{where} (their Att-SVM is infeasible: InfeasibleSVM): "
+        f"the problem's optimal tokens are not separable{which_problems(~flags)} (their Att-SVM is infeasible): "
         f"the loss does not approach L* = train.optimal_loss(problem) (or only beyond ||W|| = {svm.MAX_NORM:g}), "
         f"and Polyak steps, sized by L - L*, need L* to be the infimum; increase d (generic data are separable "
         f"when d >= max(T - 1, n)) or use train.gd",
