@@ -202,6 +202,11 @@ def test_compiled_gd_refuses_a_bad_record(record):
                     record=record)
 
 
+# The runs refused below would take hours or exhaust memory; a refusal takes milliseconds. A bound this generous
+# separates the two on any machine, however slow or loaded (it is not a speed test).
+HANG = 60.0
+
+
 @pytest.mark.parametrize("kwargs,name", [(dict(steps=10**12), "steps"), (dict(steps=10**9), "steps"),
                                          (dict(steps=10**8 - 1, record_every=1), "steps / record_every")])
 @pytest.mark.parametrize("trainer", ["gd", "gd_prompt", "gd_joint"])
@@ -215,7 +220,7 @@ def test_training_refuses_runs_that_would_not_end_or_exhaust_memory(kwargs, name
             train.gd_prompt(PROBLEM, torch.eye(d), lr=0.1, **kwargs)
         else:
             train.gd_joint(PROBLEM, torch.eye(d), lr=0.1, init_p=[0.0, 0.0], init_v=[1.0, 0.0], **kwargs)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < HANG
 
 
 def test_the_path_refuses_a_run_that_would_not_end():
@@ -224,7 +229,7 @@ def test_the_path_refuses_a_run_that_would_not_end():
         path.regularization_path(PROBLEM, [1.0], steps=10**8)
     with pytest.raises(ValueError, match=r"^candidates asks for .* bytes"):
         path.regularization_path(data.random_problem(n, T, d, seed=0, batch=1000), [1.0], steps=1, candidates=10**5)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < HANG
 
 
 def test_gd_memory_estimate_names_the_width():
