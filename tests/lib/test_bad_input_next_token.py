@@ -21,7 +21,7 @@ from attnsvm import causal, svm
 COVERED = {
     "causal.ntp_problem", "causal.ntp_logits", "causal.ntp_attention", "causal.ntp_probabilities", "causal.ntp_loss",
     "causal.ntp_gradient", "causal.ntp_gd", "causal.priority_graphs", "causal.priority_components",
-    "causal.retrieved", "causal.graph_svm", "causal.finite_subspace", "causal.finite_part",
+    "causal.retrieved", "causal.graph_svm", "causal.finite_subspace", "causal.finite_part", "causal.official_problems",
 }
 
 CLEAR = (TypeError, ValueError, FloatingPointError, svm.SolverError)
@@ -152,6 +152,10 @@ SPECS = {
     "causal.graph_svm": _problem_spec(causal.graph_svm, norm=("fro", st.sampled_from(OPTIONS + ["nuc"]))),
     "causal.finite_subspace": _problem_spec(causal.finite_subspace),
     "causal.finite_part": _problem_spec(causal.finite_part, max_steps=(100, st.sampled_from(INTEGERS))),
+    "causal.official_problems": Spec(
+        lambda **a: causal.official_problems(**a), lambda: {"count": 1, "n": 6, "T": 4, "K": 6, "d": 8, "seed": 1},
+        {"count": st.sampled_from(INTEGERS), "n": st.sampled_from(INTEGERS), "T": st.sampled_from(INTEGERS),
+         "K": st.sampled_from(INTEGERS), "d": st.sampled_from(INTEGERS), "seed": st.sampled_from(SEEDS)}),
 }
 
 

@@ -240,3 +240,36 @@ def test_gd_converges_in_direction_and_splits_by_the_odds():
     assert corr == sorted(corr) and corr[-1] > 0.998
     p = causal.ntp_probabilities(SIX, run.W[-1])[0]
     assert abs(float(p[1] / (p[1] + p[2])) - 2 / 3) < 0.01
+
+
+def test_official_problems_replay_the_authors_global_random_stream():
+    # the authors' generator on torch's global stream (their notebook: torch.manual_seed(1), then per data set
+    # randn embeddings, multinomial tokens and labels, a redraw until a cycle, two torch.nn.Linear inits)
+    torch.manual_seed(1)
+    pairs = causal.official_problems(3)
+    for problem, W0 in pairs:
+        while True:
+            E = torch.nn.functional.normalize(torch.randn(6, 8, dtype=torch.float32).double(), dim=-1)
+            ids = torch.multinomial(torch.ones(6).float().expand(6, 6), 4, replacement=False)
+            labels = torch.multinomial(torch.ones(6).float(), 6, replacement=True)
+            for i in range(6):
+                if labels[i] not in ids[i]:
+                    labels[i] = ids[i, torch.randint(4, (1,))]
+            candidate = causal.NTPProblem(ids, labels, E)
+            if any(len(c) > 1 for parts in causal.priority_components(candidate).values() for c in parts):
+                break
+        W = torch.nn.Linear(8, 8, bias=False, dtype=torch.float32).weight.detach().double()
+        torch.nn.Linear(8, 8, bias=False, dtype=torch.float32)
+        assert torch.equal(problem.ids, ids) and torch.equal(problem.labels, labels)
+        assert torch.equal(problem.embeddings, E) and torch.equal(W0, W)
+    # the first data set their stored run printed
+    assert pairs[0][0].ids.tolist() == [[1, 2, 5, 4], [5, 0, 1, 2], [4, 5, 3, 1], [3, 5, 0, 2], [3, 1, 0, 4],
+                                        [5, 1, 3, 0]]
+    assert pairs[1][0].labels.tolist() == [5, 0, 4, 4, 0, 3]
+
+
+def test_official_problems_refuse_settings_without_cycles():
+    with pytest.raises(ValueError, match="n >= 2"):
+        causal.official_problems(1, n=1)
+    with pytest.raises(ValueError, match="T <= K"):
+        causal.official_problems(1, T=7, K=6)

@@ -33,8 +33,8 @@ from ..model import MAX_RECORDS, MAX_STEPS
 from ..svm import OBJECTIVES, SOLVER_FLOATS
 from ._model import attention, gd, logits, loss, loss_gradient, outputs, weight_gradient
 from ._next_token import (GRAPH_NORMS, NTPProblem, finite_part, finite_subspace, graph_svm, ntp_attention, ntp_gd,
-                          ntp_gradient, ntp_logits, ntp_loss, ntp_probabilities, ntp_problem, priority_components,
-                          priority_graphs, retrieved)
+                          ntp_gradient, ntp_logits, ntp_loss, ntp_probabilities, ntp_problem, official_problems,
+                          priority_components, priority_graphs, retrieved, MAX_DRAWS)
 from ._preferences import (MAX_GRAPH_STEPS, MAX_ORDER_TOKENS, conflicts, max_positive_margins, preference_cycle,
                            selects_optimal)
 from ._problems import (Language, SequenceProblem, candidates, next_token_problem, next_token_problems,
@@ -49,4 +49,4 @@ __all__ = ["Language", "SequenceProblem", "att_svm", "attention", "candidates", 
            "MAX_GRAPH_STEPS", "MAX_ORDER_TOKENS"]
 __all__ += ["NTPProblem", "finite_part", "finite_subspace", "graph_svm", "ntp_attention", "ntp_gd", "ntp_gradient",
             "ntp_logits", "ntp_loss", "ntp_probabilities", "ntp_problem", "priority_components", "priority_graphs",
-            "retrieved", "GRAPH_NORMS"]  # next-token prediction with one query (_next_token)
+            "retrieved", "GRAPH_NORMS", "official_problems", "MAX_DRAWS"]  # next-token prediction, one query

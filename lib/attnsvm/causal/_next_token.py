@@ -10,9 +10,11 @@ token y_i per sequence. The query of sequence i is its last token z_i = x_iT; it
 The priority graph of a query token k has an edge y_i -> x_it for every sequence i whose last token is k and every
 other token x_it of it (the label has priority over the tokens it was chosen among). By the paper (not proved here;
 checked numerically in the book), gradient descent learns to retrieve the label's strongly connected component
-(SCC) hard and to compose softly inside it, W(t) ~ R(t) W_svm + W_fin, with W_svm the graph SVM (``graph_svm``:
-logit differences equal inside a component, a margin of one across) and W_fin the minimizer of the loss
-restricted to the components (``finite_part``, in the span of ``finite_subspace``). This is a causal model's
+(SCC) hard and to compose softly inside it: in the book's reading W(t)/||W(t)|| -> W_svm/||W_svm|| and the
+component of W(t) in the span of ``finite_subspace`` -> W_fin, with W_svm the graph SVM (``graph_svm``: logit
+differences equal inside a component, a margin of one across) and W_fin the minimizer of the loss restricted to
+the components (``finite_part``). W(t) - R(t) W_svm - W_fin need not vanish: the book's runs keep a bounded
+remainder outside both. This is a causal model's
 last query, hence its place in ``causal``; its names carry ``ntp`` where the causal model of every query has its
 own (``causal.loss`` there, ``causal.ntp_loss`` here).
 """
@@ -39,8 +41,8 @@ from ..train import Trajectory, uniform_init
 from ..train._descent import _descend, _recorder
 
 __all__ = ["NTPProblem", "finite_part", "finite_subspace", "graph_svm", "ntp_attention", "ntp_gd", "ntp_gradient",
-           "ntp_logits", "ntp_loss", "ntp_probabilities", "ntp_problem", "priority_components", "priority_graphs",
-           "retrieved", "GRAPH_NORMS"]
+           "ntp_logits", "ntp_loss", "ntp_probabilities", "ntp_problem", "official_problems", "priority_components",
+           "priority_graphs", "retrieved", "GRAPH_NORMS", "MAX_DRAWS"]
 
 GRAPH_NORMS = ("fro", "nuc")  # the norms of the graph SVM: Frobenius (GD on W) or nuclear
 EQUALITY_TOL = 1e-7  # accepted |logit difference| inside a component, relative to the largest margin (nuclear SVM)
@@ -624,3 +626,55 @@ def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
     raise SolverError(f"finite_part: Newton's method did not reach a gradient below 1e-12 in max_steps="
                       f"{max_steps} steps (|gradient| = {np.abs(gradient).max():.3g}): the restricted loss may have "
                       f"no finite minimizer for this problem (linearly dependent or badly scaled embeddings?)")
+
+
+# ------------------------------------------------------------------ the authors' random data sets
+
+MAX_DRAWS = 10_000  # data sets drawn for one official_problems entry before giving up (no cycle possible?)
+
+
+def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int = 8,
+                      seed: int = 1) -> list[tuple[NTPProblem, torch.Tensor]]:
+    """The random cyclic data sets of the authors' global-convergence notebook (Li, Huang, Ildiz, Rawat, Oymak,
+    public code), each with its initial W, replayed from their seed: one torch random stream seeded with
+    ``seed`` draws, as their code does, K Gaussian embeddings in R^d normalized to unit norm (float32 draws,
+    float64 normalization), n sequences of T distinct tokens, one label per sequence (uniform, redrawn from the
+    sequence when it does not occur there), redrawing the whole set until some priority graph has a cycle; then
+    torch.nn.Linear(d, d)'s default W (float32, as float64) and a second one their code builds and zeroes. Needs
+    n >= 2 and 2 <= T <= K. Returns ``count`` pairs (problem, W0).
+
+    Examples
+    --------
+    >>> from attnsvm import causal
+    >>> problem, W0 = causal.official_problems(1)[0]
+    >>> problem.ids[0].tolist(), problem.labels.tolist(), tuple(W0.shape)
+    ([1, 2, 5, 4], [1, 5, 5, 0, 1, 3], (8, 8))
+    """
+    count, n, T = positive_int(count, "count"), positive_int(n, "n"), positive_int(T, "T")
+    K, d, seed = positive_int(K, "K"), positive_int(d, "d"), _seed(seed)
+    if not 2 <= T <= K or n < 2:
+        raise ValueError(f"official_problems needs n >= 2 and 2 <= T <= K (sequences of T distinct tokens of K; a "
+                         f"cycle needs two sequences and two tokens), got n={n}, T={T}, K={K}")
+    memory(float(count) * (n * T + K * d + 2 * d * d), "count, n, T, K and d")
+    gen = torch.Generator().manual_seed(seed)
+    bound = 1.0 / np.sqrt(d)  # torch.nn.Linear's kaiming_uniform_(a=sqrt(5)): 1/sqrt(fan_in)
+    pairs = []
+    for _ in range(count):
+        for _ in range(MAX_DRAWS):
+            E = torch.randn(K, d, generator=gen, dtype=torch.float32).double()
+            E = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)  # torch.nn.functional.normalize
+            ids = torch.multinomial(torch.ones(n, K, dtype=torch.float32), T, replacement=False, generator=gen)
+            labels = torch.multinomial(torch.ones(K, dtype=torch.float32), n, replacement=True, generator=gen)
+            for i in range(n):
+                if labels[i] not in ids[i]:
+                    labels[i] = ids[i, torch.randint(T, (1,), generator=gen)]
+            problem = NTPProblem(ids, labels, E)
+            if any(len(c) > 1 for parts in priority_components(problem).values() for c in parts):
+                break
+        else:
+            raise ValueError(f"official_problems: no data set with a cycle in {MAX_DRAWS} draws (n={n}, T={T}, "
+                             f"K={K}): use more sequences n or fewer tokens K")
+        W0 = torch.empty(d, d, dtype=torch.float32).uniform_(-bound, bound, generator=gen).double()
+        torch.empty(d, d, dtype=torch.float32).uniform_(-bound, bound, generator=gen)  # their W_fin model's, zeroed
+        pairs.append((problem, W0))
+    return pairs
