@@ -235,8 +235,9 @@ def locally_optimal(problem: Problem, alpha: ArrayLike, *, norm: str = "fro",
 
     ``norm``: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
     ``key``: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (``svm.prompt_svm``).
-    Globally-optimal tokens (alpha = opt) are locally optimal. Returns a bool array of batch shape (False where
-    the SVM is infeasible).
+    Optimal tokens (alpha = opt) are locally optimal when each is unique and their Att-SVM is feasible; a token
+    tied in score with a support token is not (the comparison is strict). Returns a bool array of batch shape
+    (False where the SVM is infeasible).
 
     Examples
     --------

@@ -6,7 +6,9 @@ together; `regularization_path` (from `path`) follows the constrained minimizers
 trains in the compiled loop of `compiled` (the same steps, several times faster) wherever it applies.
 `gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
 plus machine epsilon, and an epsilon ridge on (K, Q)); on W it stalls once the gradient falls below epsilon,
-on (K, Q) the ridge's gradient keeps the normalized steps lr long and the iterates hover without growing.
+on (K, Q) the ridge stops the growth where its gradient balances the loss's (the loss gradient stays above
+2 epsilon there, and the two parts, each many times epsilon, nearly cancel): the normalized steps stay close to lr
+long and the iterates hover without growing.
 """
 
 from __future__ import annotations
