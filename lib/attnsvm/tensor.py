@@ -47,7 +47,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from ._checks import memory as _memory, number as _positive, option as _option, seed as _checked_seed
-from ._checks import as_tensor, budget, choice, finite_result, on_cpu, positive_float, positive_int
+from ._checks import as_tensor, boolean, budget, choice, finite_result, on_cpu, positive_float, positive_int
 
 __all__ = ["Ascent", "Comparison", "Estimate", "Instance", "Study", "alpha", "attention_row", "attention_study",
            "descend", "empirical_lipschitz", "f", "gap_study", "gradient", "h", "hessian", "hessian_norm",
@@ -839,17 +839,20 @@ class Ascent(NamedTuple):
 
 
 def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", attention: str = "softmax",
-                     starts: int = 32, steps: int = 200, lr: float = 0.05, seed: int = 0) -> Ascent:
+                     starts: int = 32, steps: int = 200, lr: float = 0.05, seed: int = 0,
+                     origin: bool = True) -> Ascent:
     """Multi-start projected gradient ascent of ||Hess L(x)||_2 over the R-ball {||A_{j0} x|| <= R}, per instance.
 
     The loss depends on x only through the logits a = A_{j0} x, which fill the ball ||a|| <= R of the column space
     of A_{j0}: with the SVD A_{j0} = U S V^T the search runs over c, a = U c, ||c|| <= R, and ||Hess L(x)|| is the
-    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 and ``starts``
-    random points of the ball, each with a random unit vector e) takes ``steps`` Adam steps (learning rate ``lr`` R)
+    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 unless
+    ``origin`` is False, and ``starts`` random points of the ball, each with a random unit vector e) takes ``steps`` Adam steps (learning rate ``lr`` R)
     on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c and e, and c is scaled back into the ball after
     each step. The result is the largest ||M(c)|| (exact, by eigvalsh) over the final and the best points of all
     starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
     ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}.
+    ``origin=False`` leaves out the start c = 0 (a maximizer for linear attention with the logistic loss), so that
+    a check of the ascent must climb; ``steps=0`` returns the best of the starts themselves.
 
     Examples
     --------
@@ -867,7 +870,7 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
     R = _ball_radius(Aj, R, "instance.Aj")
     starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
     budget(steps, "steps", MAX_STEPS, "Adam steps")
-    lr, seed = _positive(lr, "lr"), _seed(seed)
+    lr, seed, origin = _positive(lr, "lr"), _seed(seed), boolean(origin, "origin")
     T, k = Aj.shape[-2], min(Aj.shape[-2:])
     _memory(16.0 * (starts + 1) * _entries(Aj.shape[:-2], hv.shape[:-1], b.shape, (T * (T + k),)),
             "starts (the ascent keeps (starts + 1) Hessians per instance, with their autograd graphs)")
@@ -878,7 +881,8 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
     gen = torch.Generator().manual_seed(int(seed))
     c = torch.randn((starts,) + S.shape, generator=gen, dtype=torch.float64) * keep
     radius = R * torch.rand((starts,) + S.shape[:-1], generator=gen, dtype=torch.float64)
-    c = torch.cat([torch.zeros_like(c[:1]), c * (radius / c.norm(dim=-1))[..., None]])  # (starts + 1, ..., k)
+    c = c * (radius / c.norm(dim=-1))[..., None]
+    c = torch.cat([torch.zeros_like(c[:1]), c]) if origin else c  # (starts + origin, ..., k)
     e = torch.randn(c.shape, generator=gen, dtype=torch.float64) * keep
 
     def M(z):
@@ -1071,21 +1075,23 @@ class Comparison(NamedTuple):
     --------
     >>> from attnsvm import tensor
     >>> tensor.Comparison._fields
-    ('found', 'ours', 'linear', 'linear_found')
+    ('found', 'ours', 'linear', 'linear_found', 'linear_start')
     """
 
     found: torch.Tensor  # softmax: `max_hessian_norm`, a lower bound
     ours: torch.Tensor  # softmax: `lipschitz_bound`, an upper bound
     linear: torch.Tensor  # linear attention: `lipschitz_bound(attention="linear")`, exact on the ball
-    linear_found: torch.Tensor  # linear attention: `max_hessian_norm` (1 start, 5 steps), which should equal it
+    linear_found: torch.Tensor  # linear attention: the softmax ascent's `max_hessian_norm` without the start x = 0
+    linear_start: torch.Tensor  # the same ascent's random starts alone (steps=0): what the ascent had to improve
 
 
 def attention_study(radii: ArrayLike, loss: str, *, T: int = 5, d: int = 3, batch: int = 50,
                     h_norm: float | None = None, starts: int = 16, steps: int = 60) -> Comparison:
     """Chapter 7's E7.4: for each R in ``radii``, ``batch`` instances ``random_instance(T, d, R, seed=int(R),
     h_norm=h_norm)`` (||h|| = R by default), the Lipschitz constant of the gradient of the loss ``loss`` over the
-    R-ball for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and
-    ascent as a check).
+    R-ball for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and,
+    as a check of the ascent, the same ascent on linear attention without the start x = 0, which is a maximizer
+    there for the logistic loss, with the value at its random starts alone).
 
     Examples
     --------
@@ -1099,7 +1105,7 @@ def attention_study(radii: ArrayLike, loss: str, *, T: int = 5, d: int = 3, batc
     T, d, batch = positive_int(T, "T"), positive_int(d, "d"), positive_int(batch, "batch")
     starts, steps = positive_int(starts, "starts"), positive_int(steps, "steps", minimum=0)
     h_norm = None if h_norm is None else _positive(h_norm, "h_norm")
-    _study_budget(T, d, len(radii), batch, 1, starts, (starts + 1) * (steps + 2) + 16,
+    _study_budget(T, d, len(radii), batch, 1, starts, 2 * (starts + 1) * (steps + 2) + 16,
                   "radii, T, d, batch, starts and steps")
     columns = []
     for R in radii:
@@ -1109,7 +1115,8 @@ def attention_study(radii: ArrayLike, loss: str, *, T: int = 5, d: int = 3, batc
                 max_hessian_norm(instance, R, loss=loss, starts=starts, steps=steps, seed=int(R)).value,
                 lipschitz_bound(*instance, loss=loss),
                 lipschitz_bound(*instance, loss=loss, attention="linear"),
-                max_hessian_norm(instance, R, loss=loss, starts=1, steps=5, attention="linear").value))
+                *(max_hessian_norm(instance, R, loss=loss, starts=starts, steps=n, attention="linear", seed=int(R),
+                                   origin=False).value for n in (steps, 0))))
     return Comparison(*(torch.stack(column) for column in zip(*columns)))
 
 

@@ -160,6 +160,7 @@ def test_gd_refuses_runaway_requests_and_reports_divergence():
     (lambda: causal.att_svm(P, C=True), TypeError, r"C must be a finite number > 0, got True"),
     (lambda: causal.att_svm(P, return_multipliers="no"), TypeError, r"return_multipliers must be True or False"),
     (lambda: causal.max_positive_margins(P, return_W=None), TypeError, r"return_W must be True or False"),
+    (lambda: tensor.max_hessian_norm(INST, 4.0, origin="no"), TypeError, r"origin must be True or False"),
     (lambda: causal.loss(P, W, np.array(["logistic"])), TypeError, r"loss must be one of"),
     (lambda: causal.candidates(data.random_problem(2, 3, 3, seed=0)), TypeError,
      r"problem must be a causal.SequenceProblem"),
@@ -568,10 +569,11 @@ SPECS = {
     "tensor.max_hessian_norm": Spec(
         lambda **a: tensor.max_hessian_norm(**a),
         lambda: {"instance": INST, "R": 4.0, "loss": "logistic", "attention": "softmax", "starts": 2, "steps": 3,
-                 "lr": 0.05, "seed": 0},
+                 "lr": 0.05, "seed": 0, "origin": True},
         {"instance": _instances(), "R": st.sampled_from(NUMBERS), "loss": _kinds(tensor.LOSSES),
          "attention": _kinds(tensor.ATTENTIONS), "starts": st.sampled_from(INTEGERS),
-         "steps": st.sampled_from(INTEGERS), "lr": st.sampled_from(NUMBERS), "seed": st.sampled_from(SEEDS)}),
+         "steps": st.sampled_from(INTEGERS), "lr": st.sampled_from(NUMBERS), "seed": st.sampled_from(SEEDS),
+         "origin": st.sampled_from(FLAGS)}),
     "tensor.descend": Spec(
         lambda **a: tensor.descend(**a),
         lambda: {"instance": INST, "x0": X0[0], "lr": 0.1, "steps": 3, "loss": "logistic", "attention": "softmax"},

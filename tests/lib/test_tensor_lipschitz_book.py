@@ -35,7 +35,11 @@ def test_attention_study_entries_and_linear_check():
     assert torch.equal(result.ours[1], tensor.lipschitz_bound(*instance, loss="logistic"))
     linear = tensor.lipschitz_bound(*instance, loss="logistic", attention="linear")
     assert torch.equal(result.linear[1], linear)
-    torch.testing.assert_close(result.linear_found, result.linear, rtol=1e-10, atol=0)
+    kw = dict(loss="logistic", attention="linear", starts=2, seed=3, origin=False)
+    assert torch.equal(result.linear_found[1], tensor.max_hessian_norm(instance, R, steps=3, **kw).value)
+    assert torch.equal(result.linear_start[1], tensor.max_hessian_norm(instance, R, steps=0, **kw).value)
+    assert (result.linear_start <= result.linear * (1 + 1e-12)).all()
+    assert (result.linear_found <= result.linear * (1 + 1e-12)).all()
     assert (result.found <= result.ours).all()
 
 
