@@ -1,12 +1,16 @@
 """The notation page is executable: every row of its tables that names code (the column "code") has a check here
 that runs that code on a small problem and asserts the relation the row states, and every check belongs to a row.
 
-The page is book_src/notation.md. A check is registered under the row's code cell, verbatim; a row added to the
-page without a check, or a check whose row was changed or removed, fails `test_every_code_row_has_a_check`.
+The page is book_src/notation.md. A check is registered under the row's code cell, verbatim: a row added to the
+page without a check, or a row whose code cell was changed or removed, fails `test_every_code_row_has_a_check`.
+Only the code cell is tracked: a change to a row's symbol or meaning alone fails nothing, so whoever changes it
+must update the row's check to assert the new meaning. For each SVM row the check compares the returned solution's
+norm with the optimal value of an independent cvxpy solve (`svm_value`).
 """
 
 import math
 import re
+from itertools import product
 from pathlib import Path
 
 import networkx as nx
@@ -89,6 +93,38 @@ def logistic(x: torch.Tensor) -> torch.Tensor:
     return torch.log1p(torch.exp(-x))
 
 
+def svm_value(pairs, d: int, norm, equalities=(), soft: float | None = None) -> float:
+    """An independent solve (cvxpy, Clarabel) of min ||W|| s.t. delta^T W z >= 1 for each (delta, z) of pairs and
+    delta^T W z = 0 for each of equalities; soft=C: min ||W|| + C sum xi with delta^T W z >= 1 - xi, xi >= 0.
+    norm: "fro", "nuc", "spec" or an exponent p (entrywise). Returns the optimal value."""
+    import cvxpy as cp
+    W = cp.Variable((d, d))
+    value = {"fro": lambda: cp.norm(W, "fro"), "nuc": lambda: cp.normNuc(W), "spec": lambda: cp.sigma_max(W)}.get(
+        norm, lambda: cp.pnorm(cp.vec(W, order="C"), norm))()
+    margin = lambda delta, z: cp.sum(cp.multiply(np.outer(delta, z), W))  # noqa: E731
+    constraints = [margin(delta, z) == 0 for delta, z in equalities]
+    if soft is None:
+        constraints += [margin(delta, z) >= 1 for delta, z in pairs]
+    else:
+        xi = cp.Variable(len(pairs), nonneg=True)
+        constraints += [margin(delta, z) >= 1 - xi[c] for c, (delta, z) in enumerate(pairs)]
+        value = value + soft * cp.sum(xi)
+    problem = cp.Problem(cp.Minimize(value), constraints)
+    problem.solve(solver="CLARABEL")
+    assert problem.status == "optimal", problem.status
+    return float(problem.value)
+
+
+def selection_pairs(problem: data.Problem, alpha) -> list:
+    X, Z = problem.X.numpy(), problem.Z.numpy()
+    return [(X[i, a] - X[i, t], Z[i]) for i, a in enumerate(np.asarray(alpha)) for t in range(problem.T) if t != a]
+
+
+def is_optimal(value: float, reference: float, tol: float = 1e-5) -> bool:
+    """The library's optimal value agrees with the independent solve's (solver tolerance)."""
+    return abs(value - reference) <= tol * max(1.0, reference)
+
+
 # ------------------------------------------------------------------ data and model
 
 @check("`problem.n`, `problem.T`, `problem.d`")
@@ -102,7 +138,8 @@ def _():
     problem, W = small(), random_W()
     logits = model.logits(problem, W)
     for i in range(problem.n):
-        assert torch.equal(problem.X[i][2], problem.X[i, 2])  # row t of X_i is token t
+        assert problem.X[i].shape == (problem.T, problem.d)  # X_i: T tokens (rows) of dimension d
+        assert close(logits[i], problem.X[i] @ W @ problem.Z[i])  # row t of X_i is token t: the logits X_i W z_i
         for t in range(problem.T):
             assert abs(logits[i, t] - problem.X[i, t] @ W @ problem.Z[i]) < TOL
 
@@ -177,6 +214,26 @@ def _():
     leaf = W.clone().requires_grad_(True)
     logistic(problem.Y * manual_outputs(problem, leaf)).mean().backward()
     assert close(train.loss_gradient(problem, W), leaf.grad, 1e-10)
+    # saturated: at 400 W the softmax is one-hot to double precision; reference in 400-digit arithmetic
+    import mpmath
+    mpmath.mp.dps = 400  # the gaps reach e^-300: 60 digits would lose them beside 1
+    W_big = 400 * W
+    X, Z, Y, v = (a.numpy() for a in (problem.X, problem.Z, problem.Y, problem.v))
+    exact = np.zeros((problem.d, problem.d))
+    for i in range(problem.n):
+        logits = [mpmath.mpf(float(x)) for x in X[i] @ W_big.numpy() @ Z[i]]
+        top = max(logits)
+        weights = [mpmath.exp(u - top) for u in logits]
+        s = [w / sum(weights) for w in weights]
+        h = [mpmath.mpf(float(x)) for x in X[i] @ v]
+        f = sum(a * b for a, b in zip(s, h))
+        dloss = -1 / (1 + mpmath.exp(Y[i] * f)) * Y[i] / problem.n  # d l(Y f) / d f, over n
+        for t in range(problem.T):  # d f / d W = sum_t s_t (h_t - f) x_t z^T
+            exact += float(dloss * s[t] * (h[t] - f)) * np.outer(X[i, t], Z[i])
+    mpmath.mp.dps = 15
+    G = train.loss_gradient(problem, W_big).numpy()
+    assert np.linalg.norm(exact) < 1e-40  # saturated: the gradient is far below round-off of plain arithmetic
+    assert np.linalg.norm(G - exact) <= 1e-9 * np.linalg.norm(exact)
 
 
 # ------------------------------------------------------------------ the theory's objects
@@ -238,6 +295,7 @@ def _():
     nuclear = lambda W: np.linalg.norm(W, "nuc")  # noqa: E731
     assert nuclear(W_nuc) <= nuclear(W_fro) * (1 + 1e-7)  # the smallest in its own norm
     assert np.linalg.norm(W_fro) <= np.linalg.norm(W_nuc) * (1 + 1e-9)
+    assert is_optimal(nuclear(W_nuc), svm_value(selection_pairs(problem, alpha), 4, "nuc"))  # the least
 
 
 @check("`theory.margins`")
@@ -341,11 +399,18 @@ def _():
 def _():
     problem = small()
     path = train.regularization_path(problem, [0.5, 2.0], steps=100)
+    directions_mm = torch.as_tensor(np.stack([svm.att_svm(problem.X, problem.Z, list(alpha))  # every selection's
+                                              for alpha in product(range(problem.T), repeat=problem.n)]))
     for R, W in zip(path.radii, path.W):
         assert torch.linalg.matrix_norm(W) <= R * (1 + 1e-9)
         directions = torch.randn(300, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
         ball = R * directions / torch.linalg.matrix_norm(directions)[:, None, None]  # points of the sphere
         assert model.loss(problem, W) <= model.loss(problem, ball).min() + 1e-9
+        candidates = R * directions_mm / torch.linalg.matrix_norm(directions_mm)[:, None, None]
+        assert model.loss(problem, W) <= model.loss(problem, candidates).min() + 1e-9  # R W_mm_a / ||W_mm_a||
+        G = train.loss_gradient(problem, W)  # first-order optimality on the ball: G = -lambda W, lambda > 0
+        tangent = G - (G * W).sum() * W / (W * W).sum()
+        assert abs(W.norm() - R) < 1e-9 and (G * W).sum() < 0 and tangent.norm() < 1e-6 * G.norm()
 
 
 @check("`train.gd_prompt`")
@@ -421,6 +486,14 @@ def _():
             for tau in kept:  # W_fin sets the log-ratios inside O_i
                 ratio = (X[i, t] - X[i, tau]) @ general.W_fin @ Z[i]
                 assert abs(ratio - math.log(probs[i, t] / probs[i, tau])) < 1e-7
+    rows, targets = [], []  # the least-norm solution of these equations, by least squares
+    for i in range(problem.n):
+        kept = np.flatnonzero(general.relevant[i])
+        for t in kept[1:]:
+            rows.append(np.outer(X[i, t] - X[i, kept[0]], Z[i]).ravel())
+            targets.append(math.log(probs[i, t] / probs[i, kept[0]]))
+    least = np.linalg.lstsq(np.array(rows), np.array(targets), rcond=None)[0].reshape(4, 4)
+    assert len(rows) >= 1 and np.allclose(general.W_fin, least, atol=1e-7)
 
 
 @check("`svm.general_svm(...).combined(W)`")
@@ -460,9 +533,11 @@ def _():
         for j in range(problem.P):
             assert close(gamma[i, j, : j + 1], X[i, : j + 1] @ V[i, j])  # gamma_ijt = v_ij^T x_it
             assert opt[i, j] == gamma[i, j, : j + 1].argmax()
-            for t in range(j + 1):
+            for t in range(problem.T):  # a margin for t <= j other than the optimal token, NaN elsewhere
+                assert np.isnan(mu[i, j, t]) == (t > j or t == opt[i, j]), (i, j, t)
                 if not np.isnan(mu[i, j, t]):
                     assert abs(mu[i, j, t] - (X[i, opt[i, j]] - X[i, t]) @ W @ X[i, j]) < TOL
+    assert (~np.isnan(mu)).sum() >= 8
 
 
 @check("`causal.att_svm(problem)`")
@@ -471,6 +546,14 @@ def _():
     W = causal.att_svm(problem)
     mu = causal.margins(problem, W)
     assert np.nanmin(mu) >= 1 - 1e-9 and abs(np.nanmin(mu) - 1) < 1e-7
+    assert is_optimal(np.linalg.norm(W), svm_value(_causal_pairs(problem), 8, "fro"))  # the least ||W||_F
+
+
+def _causal_pairs(problem):
+    """The causal constraints (x_{i opt_ij} - x_it, x_ij) for t <= j other than the optimal token."""
+    X, opt = problem.X.numpy(), causal.optimal_tokens(problem).numpy()
+    return [(X[i, opt[i, j]] - X[i, t], X[i, j]) for i in range(problem.n) for j in range(problem.P)
+            for t in range(j + 1) if t != opt[i, j]]
 
 
 def _soft_objective(problem, W, C):
@@ -488,6 +571,7 @@ def _():
     generator = np.random.default_rng(9)
     others = [W_hard, np.zeros((8, 8))] + [W_soft + 0.01 * generator.standard_normal((8, 8)) for _ in range(50)]
     assert all(value <= _soft_objective(problem, W, C) + 1e-7 for W in others)  # min ||W||_F + C sum xi
+    assert is_optimal(value, svm_value(_causal_pairs(problem), 8, "fro", soft=C))  # the minimum
 
 
 @check("`causal.penalty_threshold`")
@@ -566,6 +650,8 @@ def _():
         assert constraint_margins(problem, W, alpha).min() >= 1 - 1e-9
         assert all(norm(W, p) <= norm(other, p) * (1 + 1e-6) for other in solutions.values())
     assert np.allclose(solutions[2], svm.att_svm(problem.X, problem.Z, alpha), atol=1e-6)  # p = 2: W_mm
+    for p, W in solutions.items():  # each the least in its own norm
+        assert is_optimal(norm(W, p), svm_value(selection_pairs(problem, alpha), 4, p)), p
 
 
 @check("`train.mirror_descent`")
@@ -688,6 +774,12 @@ def _():
             gap = (E[y] - E[x]) @ W @ E[q]
             assert abs(gap) < 1e-7 if same[y] == same[x] else gap >= 1 - 1e-7  # equal inside, >= 1 across
     assert any(len(component) > 1 for component in components[0])  # an equality to keep
+    equal, across = [], []
+    for q, graph in causal.priority_graphs(problem).items():
+        same = {token: k for k, component in enumerate(components[q]) for token in component}
+        for y, x in graph.edges:
+            (equal if same[y] == same[x] else across).append((E[y] - E[x], E[q]))
+    assert is_optimal(np.linalg.norm(W), svm_value(across, 8, "fro", equalities=equal))  # the least ||W||_F
 
 
 @check("`causal.finite_part`")
@@ -743,6 +835,14 @@ def _():
     assert (w_plus >= 0).all() and np.abs(w1).sum() <= w_plus.sum() * (1 + 1e-9)
     W_fro = svm.att_svm(problem.X, problem.Z, alpha)
     assert np.linalg.norm(W_fro) <= np.linalg.norm(w2) * (1 + 1e-9)  # diagonal matrices are a restriction
+    import cvxpy as cp
+    phi, a = svm.diagonal_features(problem).numpy(), alpha.numpy()
+    rows = np.array([phi[i, a[i]] - phi[i, t] for i in range(problem.n) for t in range(problem.T) if t != a[i]])
+    for w, p, nonnegative in ((w2, 2, False), (w1, 1, False), (w_plus, 1, True)):  # independent solves
+        x = cp.Variable(12, nonneg=nonnegative)
+        reference = cp.Problem(cp.Minimize(cp.norm(x, p)), [rows @ x >= 1])
+        reference.solve(solver="CLARABEL")
+        assert is_optimal(np.linalg.norm(w, p), reference.value), (p, nonnegative)
 
 
 @check("`svm.spectral_att_svm`")
@@ -752,6 +852,7 @@ def _():
     W_fro = svm.att_svm(problem.X, problem.Z, alpha)
     assert constraint_margins(problem, W2, alpha).min() >= 1 - 1e-7
     assert np.linalg.norm(W2, 2) <= np.linalg.norm(W_fro, 2) * (1 + 1e-6)  # smallest spectral norm
+    assert is_optimal(np.linalg.norm(W2, 2), svm_value(selection_pairs(problem, alpha), 4, "spec"))
 
 
 @check("`model.min_margin`")

@@ -1,5 +1,6 @@
-"""The student edition (`make student`): solutions removed, exercise stubs left, and every chapter still runs,
-with each coding exercise's self-check reporting the stub as not implemented yet.
+"""The student edition (`make student`): solutions removed and exercise stubs left in every chapter; for every
+chapter, the conditions checked on the code under which its edition runs as the book does (below); and one
+chapter's edition (09_rates) executed, each coding exercise's self-check reporting its stub as not implemented yet.
 
 Every chapter of the book executes in full under nbval; the student edition is the same notebook less its
 solution cells. So it runs as the book does if no kept cell reads a name that only a solution bound and no
