@@ -14,6 +14,7 @@ Examples
 
 from ._cpu_loop import why_not_compiled
 from ._diagonal import diagonal_gd
+from ._flow import FLOW_PARAMS, Flow, gradient_flow
 from ._descent import OFFICIAL_EPS, Trajectory, gd, gd_joint, gd_prompt, lipschitz_W, loss_gradient
 from ._gradients import GRADIENTS, LogitGradient, logit_gradient, weight_gradient
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
@@ -26,5 +27,5 @@ __all__ = ["Trajectory", "Path", "LogitGradient", "gd", "gd_prompt", "gd_joint",
            "weight_gradient", "logit_gradient", "regularization_path", "initial_parameters", "initial_vector",
            "uniform_init", "why_not_compiled", "OFFICIAL_EPS", "GRADIENTS", "PARAMS", "MAX_RADIUS",
            "mirror_descent", "sign_descent", "dual_norm",
-           "diagonal_gd",
+           "diagonal_gd", "gradient_flow", "Flow", "FLOW_PARAMS",
            "polyak", "optimal_loss", "log_loss_gap", "log_attention_gap", "fit_line", "Fit", "POLYAK_GRADIENTS"]

@@ -1,0 +1,259 @@
+"""Gradient flow on the attention loss, integrated with error control: W, (K, Q), diag(w) or diag(k) diag(q).
+
+The flow d theta/dt = -grad L(theta) is integrated in the time s with ds = ||d theta|| / (1 + ||theta||),
+||.|| the Euclidean norm of ALL parameters together (for (K, Q), of the pair), so that
+
+    d theta / ds = -(1 + ||theta||) grad L / ||grad L||.
+
+The factor (1 + ||theta||) / ||grad L|| is one positive number per problem at each point, the same for every
+parameter: a time change of the flow, so the trajectory is the flow's (normalizing K and Q separately would not
+be one). s measures length relative to the current scale: ||theta(s)|| <= (1 + ||theta(0)||) e^s - 1. The
+direction of grad L is exact however far softmax saturates (``train.weight_gradient``), so the flow never
+stalls on underflow. The integrator is Dormand and Prince's embedded Runge-Kutta pair of orders 5 and 4, each
+problem of a batch with its own step, accepted when ||y5 - y4|| <= rtol (1 + ||theta||).
+
+The flow on factors conserves K^T K - Q^T Q (diagonal: k * k - q * q); a Runge-Kutta method does not conserve
+it exactly, so each record carries its drift ||C(s) - C(0)||_F, a check on the integration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from .._checks import as_array, positive_float, positive_int
+from ..data import Problem
+from ..model import _TRAINING, LOSSES, _checked_problem, _memory_budget, _option, _overflow, _risk, _token_values
+from . import _gradients as gradients
+from ._diagonal import _starts
+from ._initial import initial_parameters
+
+__all__ = ["Flow", "gradient_flow", "FLOW_PARAMS"]
+
+FLOW_PARAMS = ("W", "KQ", "diagonal", "diagonal_KQ")  # W, W = K Q^T, W = diag(w), W = diag(k) diag(q)
+
+# Dormand-Prince 5(4): the nodes' coefficients, the 5th-order weights, and the 5th minus the 4th-order weights.
+_A = ((), (1 / 5,), (3 / 40, 9 / 40), (44 / 45, -56 / 15, 32 / 9),
+      (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+      (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+      (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84))
+_E = (71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Gradient flow recorded at the times ``s`` (the time change of ``gradient_flow``); arrays have shape
+    (records, *batch, ...). ``K``, ``Q`` and ``drift`` (||C(s) - C(0)||_F with C = K^T K - Q^T Q) are None for the
+    unfactorized models; ``steps`` and ``rejected`` count the integrator's steps per problem.
+
+    Examples
+    --------
+    >>> from attnsvm import data, train
+    >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+    >>> flow = train.gradient_flow(problem, param="W", init=None, record_at=[1.0, 2.0])
+    >>> flow.s.tolist(), tuple(flow.W.shape), flow.drift is None
+    ([0.0, 1.0, 2.0], (3, 2, 2), True)
+    """
+
+    s: np.ndarray
+    W: torch.Tensor  # (records, ..., d, d)
+    probs: torch.Tensor  # (records, ..., n, T)
+    loss: torch.Tensor  # (records, ...)
+    K: torch.Tensor | None
+    Q: torch.Tensor | None
+    drift: torch.Tensor | None  # (records, ...)
+    steps: torch.Tensor  # (...,) accepted steps
+    rejected: torch.Tensor  # (...,)
+
+    def selection(self) -> torch.Tensor:
+        """The token each sequence attends to most at the last record, shape (..., n).
+
+        Examples
+        --------
+        >>> from attnsvm import data, train
+        >>> problem = data.random_problem(n=2, T=3, d=2, seed=0)
+        >>> train.gradient_flow(problem, param="W", init=None, record_at=[1.0]).selection().shape
+        torch.Size([2])
+        """
+        return self.probs[-1].argmax(-1)
+
+
+def _record_times(record_at) -> np.ndarray:
+    """`record_at` checked to be a non-empty, strictly increasing sequence of finite times > 0."""
+    times = as_array(record_at, "record_at", "the times s > 0 at which to record, increasing").astype(np.float64)
+    if times.ndim != 1 or times.size == 0:
+        raise ValueError(f"record_at must be a non-empty 1-d sequence of times s > 0, got shape {times.shape}")
+    if not np.isfinite(times).all() or times[0] <= 0 or (np.diff(times) <= 0).any():
+        raise ValueError("record_at must hold finite times s > 0 in strictly increasing order (s = 0, the start, is "
+                         f"always recorded), got {times.tolist()[:6]}")
+    if times[-1] > 700:
+        raise ValueError(f"record_at reaches s = {times[-1]:g}: ||theta|| grows up to e^s, which overflows float64 "
+                         "beyond s ~ 700; record at smaller times")
+    return times
+
+
+def _velocity(problem: Problem, param: str, theta: tuple, phi, values, loss: str) -> tuple:
+    """-(1 + ||theta||) grad L / ||grad L|| at theta (zero where the gradient is zero), per problem (B leading)."""
+    if param in ("diagonal", "diagonal_KQ"):
+        w = theta[0] if param == "diagonal" else theta[0] * theta[1]
+        grad = gradients._logit_gradient(problem, (phi * w[:, None, None, :]).sum(-1), loss, None, values)
+        g = (grad.direction[..., None] * phi).sum((-3, -2))
+        parts = (g,) if param == "diagonal" else (g * theta[1], g * theta[0])
+    else:
+        W = theta[0] if param == "W" else theta[0] @ theta[1].transpose(-2, -1)
+        D, _, _ = gradients._weight_gradient(problem, W, loss, None, values)
+        parts = (D,) if param == "W" else (D @ theta[1], D.transpose(-2, -1) @ theta[0])
+    scale = torch.stack([p.flatten(1).abs().amax(1) for p in parts]).amax(0)  # a tiny gradient's square underflows
+    scale = torch.where(scale > 0, scale, 1.0)
+    norm = torch.sqrt(sum(((p.flatten(1) / scale[:, None]) ** 2).sum(1) for p in parts))
+    factor = torch.where(norm > 0, (1 + _norm(theta)) / (scale * torch.where(norm > 0, norm, 1.0)), 0.0)
+    return tuple(-_bcast(factor, p) * p for p in parts)
+
+
+def _norm(parts: tuple) -> torch.Tensor:
+    return torch.sqrt(sum((p.flatten(1) ** 2).sum(1) for p in parts))
+
+
+def _bcast(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape + (1,) * (like.ndim - 1))
+
+
+def _invariant(param: str, theta: tuple) -> torch.Tensor | None:
+    if param == "KQ":
+        K, Q = theta
+        return K.transpose(-2, -1) @ K - Q.transpose(-2, -1) @ Q
+    if param == "diagonal_KQ":
+        return theta[0] ** 2 - theta[1] ** 2
+    return None
+
+
+@torch.no_grad()  # a flow records data, not a graph
+def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple | None, record_at: ArrayLike,
+                  rtol: float = 1e-10, loss: str = "logistic", m: int | None = None, seed: int = 0,
+                  max_steps: int = 200_000) -> Flow:
+    """Gradient flow on W (``param="W"``), (K, Q) with W = K Q^T (``"KQ"``), w with W = diag(w) (``"diagonal"``)
+    or (k, q) with W = diag(k * q) (``"diagonal_KQ"``), for every problem in the batch, by an adaptive embedded
+    Runge-Kutta method (Dormand-Prince 5(4)) in the time s of ds = ||d theta|| / (1 + ||theta||), the norm over
+    all parameters together: a time change, so the trajectory is exactly the flow's (see the module's note).
+
+    ``init``: for "W" and "KQ" as ``train.gd``'s (None, "zeros", "uniform" seeded by ``seed`` with width ``m``
+    (default d), an initial W or a pair (K0, Q0)); for "diagonal" None (w = 0) or a vector (d,) or (..., d); for
+    "diagonal_KQ" a pair (k0, q0) of such vectors. ``record_at``: the times s > 0 to record, increasing (s = 0 is
+    recorded too). ``rtol``: a step is accepted when its local error estimate is at most rtol (1 + ||theta||).
+    ``loss``: a name of ``model.LOSSES``. ``max_steps``: the most steps (accepted or rejected) per problem; beyond
+    it a RuntimeError. Returns a ``Flow``; for the factorized models its ``drift`` is ||C(s) - C(0)||_F with
+    C = K^T K - Q^T Q (diagonal: k * k - q * q), which the exact flow keeps at 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnsvm import data, train
+    >>> problems = data.random_problem(n=4, T=3, d=3, seed=[0, 1])
+    >>> K0, Q0 = 0.3 * torch.eye(3, dtype=torch.float64), 0.1 * torch.ones(3, 3, dtype=torch.float64)
+    >>> flow = train.gradient_flow(problems, param="KQ", init=(K0.expand(2, 3, 3), Q0.expand(2, 3, 3)),
+    ...                            record_at=[1.0, 3.0])
+    >>> tuple(flow.W.shape), bool((flow.loss[-1] < flow.loss[0]).all())
+    ((3, 2, 3, 3), True)
+    >>> bool(flow.drift.max() < 1e-8)  # K^T K - Q^T Q is conserved
+    True
+    """
+    problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
+    param, loss = _option(param, "param", FLOW_PARAMS), _option(loss, "loss", tuple(LOSSES))
+    times, rtol = _record_times(record_at), positive_float(rtol, "rtol")
+    if rtol > 1e-2 or rtol < 1e-14:
+        raise ValueError(f"rtol must lie in [1e-14, 1e-2] (float64 cannot meet less; more is no integration), got "
+                         f"{rtol!r}")
+    max_steps = positive_int(max_steps, "max_steps")
+    batch, d = problem.batch_shape, problem.d
+    if param in ("W", "KQ"):
+        theta = initial_parameters(problem, param, init, d if m is None else m, seed)
+    else:
+        if m is not None:
+            raise ValueError(f"m={m!r} applies to param=\"KQ\" only (the width of K and Q): pass m=None")
+        theta = _starts(problem, param == "diagonal_KQ", init)
+    B = int(np.prod(batch, dtype=np.int64))
+    _memory_budget(float(B) * (len(times) + 1) * (3 * d * d + problem.n * problem.T), "record_at")
+    flat = Problem(*(t.reshape((B,) + t.shape[len(batch):]) for t in (problem.X, problem.Y, problem.Z, problem.v)))
+    theta = tuple(p.reshape((B,) + p.shape[len(batch):]).clone().to(torch.float64) for p in theta)
+    phi = flat.X * flat.Z[..., None, :] if "diagonal" in param else None
+    values = _token_values(flat, flat.v)
+    blame = "the problem's tokens or init are too large, or rtol too loose"
+    with _overflow("the gradient flow", blame):
+        records, steps, rejected = _integrate(flat, param, theta, times, rtol, phi, values, loss, max_steps)
+    return _flow_record(problem, param, records, times, steps, rejected, loss, batch, B)
+
+
+def _integrate(problem, param, theta, times, rtol, phi, values, loss, max_steps):
+    """The Dormand-Prince loop; returns the records (a tuple of (R+1, B, ...) tensors) and the step counts."""
+    B, R = theta[0].shape[0], len(times)
+    targets = torch.as_tensor(times)
+    records = tuple(torch.empty((R + 1,) + p.shape, dtype=torch.float64) for p in theta)
+    for rec, p in zip(records, theta):
+        rec[0] = p
+    f = lambda y: _velocity(problem, param, y, phi, values, loss)  # noqa: E731
+    s = torch.zeros(B, dtype=torch.float64)
+    h = torch.full((B,), min(1e-3, times[0]), dtype=torch.float64)
+    index = torch.zeros(B, dtype=torch.long)  # the next record of each problem
+    steps, rejected = torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.long)
+    k1 = f(theta)
+    while bool((index < R).any()):
+        done = index >= R
+        gap = targets[index.clamp(max=R - 1)] - s
+        clipped = h >= gap
+        hh = torch.where(done, 0.0, torch.where(clipped, gap, h))
+        ks = [k1]
+        for row in _A[1:]:
+            y = tuple(p + _bcast(hh, p) * sum(a * k[j] for a, k in zip(row, ks) if a) for j, p in enumerate(theta))
+            ks.append(f(y))
+        new = y  # the last row is the 5th-order solution (FSAL: ks[-1] is f there)
+        error = tuple(_bcast(hh, p) * sum(e * k[j] for e, k in zip(_E, ks) if e) for j, p in enumerate(theta))
+        err = _norm(error) / (rtol * (1 + torch.maximum(_norm(theta), _norm(new))))
+        err = torch.where(torch.isfinite(err), err, torch.inf)
+        accept = (err <= 1) & ~done
+        theta = tuple(torch.where(_bcast(accept, p), q, p) for p, q in zip(theta, new))
+        k1 = tuple(torch.where(_bcast(accept, p), q, p) for p, q in zip(k1, ks[-1]))
+        reached = accept & clipped
+        s = torch.where(accept, torch.where(clipped, targets[index.clamp(max=R - 1)], s + hh), s)
+        if reached.any():
+            rows = index[reached] + 1
+            for rec, p in zip(records, theta):
+                rec[rows, reached.nonzero()[:, 0]] = p[reached]
+            index = index + reached.long()
+        factor = (0.9 * err.clamp(min=1e-10) ** -0.2).clamp(0.2, 5.0)
+        proposed = hh * factor
+        h = torch.where(done, h, torch.where(accept & clipped, torch.maximum(h, proposed), proposed))
+        steps += accept.long()
+        rejected += (~accept & ~done).long()
+        if bool(((steps + rejected) > max_steps).any()):
+            raise RuntimeError(f"the gradient flow needed more than max_steps={max_steps} steps for a problem (it had "
+                               f"reached s = {float(s.min()):.4g}): raise max_steps, loosen rtol or record at "
+                               "earlier times")
+        if bool(((h < 1e-14 * (1 + s)) & ~done).any()):
+            raise FloatingPointError("the gradient flow's step fell below 1e-14 (the integrator cannot meet rtol "
+                                     "there): loosen rtol, or the problem's tokens are too large")
+    return records, steps, rejected
+
+
+def _flow_record(problem, param, records, times, steps, rejected, loss, batch, B) -> Flow:
+    """The Flow of the records (R+1, B, ...), reshaped to the problems' batch shape."""
+    R1 = len(times) + 1
+    if param == "W":
+        W = records[0]
+    elif param == "KQ":
+        W = records[0] @ records[1].transpose(-2, -1)
+    else:
+        W = torch.diag_embed(records[0] if param == "diagonal" else records[0] * records[1])
+    shape = lambda x: x.reshape((R1,) + batch + x.shape[2:])  # noqa: E731
+    W = shape(W)
+    grad = gradients._weight_gradient(problem, W, loss, None, _token_values(problem, problem.v))[2]
+    K = Q = drift = None
+    if param in ("KQ", "diagonal_KQ"):
+        C = _invariant(param, records)
+        drift = shape((C - C[0]).flatten(2).norm(dim=-1)[..., None])[..., 0]
+        K, Q = (shape(r if param == "KQ" else torch.diag_embed(r)) for r in records)
+    return Flow(s=np.concatenate([[0.0], times]), W=W, probs=grad.probs,
+                loss=_risk(LOSSES[loss], problem, grad.outputs), K=K, Q=Q, drift=drift,
+                steps=steps.reshape(batch), rejected=rejected.reshape(batch))
