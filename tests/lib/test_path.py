@@ -193,3 +193,30 @@ def test_path_is_the_same_on_another_cpu_code_path():
         runs.append([torch.tensor(w) for w in json.loads(out.splitlines()[-1])])
     for a, b in zip(*runs):
         assert (1 - theory.correlation(a, b)).max() < 1e-7
+
+
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_starts_keep_the_lowest_loss_and_record_the_winner(param):
+    """With ``starts``, every radius keeps the best end of the continuation and of R times each start: its loss is
+    the smallest excess reached, and a start at the theorem's limit beats a branch stuck on other tokens."""
+    problem = data.random_problem(6, 8, 10, seed=0, batch=20)[:8]
+    opt = theory.optimal_tokens(problem)
+    limit = svm.att_svm(problem.X, problem.Z, opt, norm="fro" if param == "W" else "nuc")
+    radii = [32.0, 64.0]
+    best = train.regularization_path(problem, radii, param=param, steps=30, starts=limit[None])
+    assert best.start.shape == (2, 8) and best.excess.shape == (2, 2, 8)
+    torch.testing.assert_close(best.excess.min(1).values, best.excess.gather(1, best.start[:, None])[:, 0])
+    torch.testing.assert_close(best.loss[-1], model.loss(problem, best.W[-1]), rtol=0, atol=0)
+    assert (model.attention(problem, best.W[-1]).argmax(-1) == opt).all()
+
+
+@pytest.mark.parametrize("starts,pattern", [
+    (torch.zeros(1, 5, 5, dtype=torch.float64), r"starts holds a zero matrix"),
+    (torch.ones(1, 4, 4, dtype=torch.float64), r"starts must have shape"),
+    (torch.ones(5, 5, dtype=torch.float64), r"starts must have shape"),
+    (torch.full((1, 5, 5), float("nan"), dtype=torch.float64), r"starts contains"),
+])
+def test_bad_starts_raise_naming_starts(starts, pattern):
+    problem = data.random_problem(3, 4, 5, seed=0)
+    with pytest.raises(ValueError, match=pattern):
+        train.regularization_path(problem, [1.0], steps=1, starts=starts)

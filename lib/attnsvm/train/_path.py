@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._checks import as_tensor, budget, positive_float, positive_int
+from .._checks import as_tensor, budget, positive_float, positive_int, require_shape
 from ..data import Problem, _seed
 from ._gradients import _weight_gradient
 from ._initial import PARAMS, initial_parameters
@@ -38,6 +38,8 @@ class Path:
     loss: torch.Tensor  # (len(radii), ...)
     K: torch.Tensor | None = None  # (len(radii), ..., d, m) for "KQ"
     Q: torch.Tensor | None = None
+    start: torch.Tensor | None = None  # with ``starts``: (len(radii), ...) the start that won, 0 = continuation
+    excess: torch.Tensor | None = None  # with ``starts``: (len(radii), 1 + S, ...) L - L_opt reached from each start
 
 
 def _excess_loss(problem: Problem, scores: torch.Tensor, W: torch.Tensor, reference: torch.Tensor, loss: str):
@@ -72,7 +74,8 @@ def _nuclear_ball(W: torch.Tensor, R: float, m: int) -> tuple[torch.Tensor, torc
 
 @torch.no_grad()  # the path is data, not a graph (whatever requires grad)
 def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: str = "W", steps: int = 200,
-                        loss: str = "logistic", m: int | None = None, seed: int = 0, candidates: int = 12) -> Path:
+                        loss: str = "logistic", m: int | None = None, seed: int = 0, candidates: int = 12,
+                        starts: ArrayLike | None = None) -> Path:
     """W_R = argmin_{||W||_F <= R} L(W) (param="W"), or (K_R, Q_R) = argmin_{||K||^2 + ||Q||^2 <= 2R} L(K Q^T)
     (param="KQ", so that ||K_R Q_R^T||_* <= R), for each radius R of ``radii`` (increasing).
 
@@ -80,9 +83,17 @@ def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: st
     large). param="KQ": projected gradient descent on W = K Q^T over {rank <= m, ||W||_* <= R}, the set of
     products the (K, Q) budget allows (the factorization lemma); the factors returned are the balanced ones.
     Both warm start from the previous radius and take the exact gradient and a line search over ``candidates``
-    halving step sizes. Local methods on a non-convex problem: they follow one branch of minimizers, usually the
-    global one when started at a small radius. Initialization as ``gd``'s "uniform". ``loss``: a name of
+    halving step sizes. Local methods on a non-convex problem: each follows one branch of constrained stationary
+    points, which need not be the global minimizers. Initialization as ``gd``'s "uniform". ``loss``: a name of
     ``model.LOSSES``.
+
+    ``starts`` (S, *batch, d, d), optional: S directions (e.g. Att-SVM solutions). At every radius the method then
+    also restarts from R times each direction (normalized in the budget's norm; for "KQ" projected on rank <= m),
+    runs ``steps`` steps from each of these 1 + S points at once and keeps, per problem, the end with the lowest
+    loss (the continuation wins ties). ``Path.start`` says which start won (0: the continuation, k: starts[k-1])
+    and ``Path.excess`` holds L - L_opt reached from each start, where L_opt is the loss of full attention on the
+    optimal tokens. The result is the best of the starts tried, not a certified global minimizer; it costs 1 + S
+    times as much.
 
     Examples
     --------
@@ -95,6 +106,9 @@ def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: st
     [0.5, 1.0, 2.0]
     >>> bool((path.loss.diff() <= 0).all())
     True
+    >>> best = train.regularization_path(problem, [0.5, 1.0, 2.0], steps=10, starts=path.W[-1:])
+    >>> tuple(best.start.shape), tuple(best.excess.shape), bool((best.loss <= path.loss + 1e-12).all())
+    ((3,), (3, 2), True)
     """
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
@@ -107,22 +121,48 @@ def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: st
     size, width = float(np.prod(problem.batch_shape, dtype=float)), min(m, d) if param == "KQ" else 0
     _memory_budget((candidates + 1) * size * (d * d + problem.n * problem.T), "candidates")
     _memory_budget(radii.size * size * (d * d + 2 * d * width + 1), "radii")
+    starts = _starts(starts, problem, param, m)
+    if starts is not None:
+        size *= 1 + starts.shape[0]
+        _memory_budget((candidates + 1) * size * (d * d + problem.n * problem.T), "starts")
     start = initial_parameters(problem, param, "uniform", m, seed)
     W = start[0] if param == "W" else start[0] @ start[1].transpose(-2, -1)
     blame = f"radii up to {radii[-1]:.3g} are too large for this problem (or its tokens are)"
     with _overflow("the path", blame, "pass smaller radii"):
-        records = _follow(problem, radii, W, param, steps, loss, m, candidates)
-    W, losses, K, Q = zip(*records)
+        records = _follow(problem, radii, W, param, steps, loss, m, candidates, starts)
+    W, losses, K, Q, won, excess = zip(*records)
     W, losses = torch.stack(W), torch.stack(losses)
     factors = {} if param == "W" else {"K": torch.stack(K), "Q": torch.stack(Q)}
+    if starts is not None:
+        factors.update(start=torch.stack(won), excess=torch.stack(excess))
     for name, value in dict(W=W, loss=losses, **factors).items():
         _finite(value, f"the path's {name}", blame, "pass smaller radii")
     return Path(radii=radii, W=W, loss=losses, **factors)
 
 
+def _starts(starts, problem: Problem, param: str, m: int) -> torch.Tensor | None:
+    """`starts` checked to be (S, *batch, d, d) non-zero directions, returned of unit norm in the budget's norm."""
+    if starts is None:
+        return None
+    starts = as_tensor(starts, "starts").detach()
+    d, batch = problem.d, problem.batch_shape
+    if starts.ndim != 3 + len(batch) or starts.shape[0] < 1:
+        raise ValueError(f"starts must have shape (S, *batch, d, d) = (S, {', '.join(map(str, batch + (d, d)))}) with "
+                         f"S >= 1 (S directions per problem), got {tuple(starts.shape)}")
+    require_shape(starts, "starts", (starts.shape[0],) + batch + (d, d), "S directions per problem")
+    norm = torch.linalg.matrix_norm(starts, "fro" if param == "W" else "nuc")
+    if not (norm > 0).all():
+        raise ValueError("starts holds a zero matrix, which has no direction: pass non-zero directions")
+    return starts / norm[..., None, None]
+
+
 def _follow(problem: Problem, radii: np.ndarray, W: torch.Tensor, param: str, steps: int, loss: str, m: int,
-            candidates: int) -> list[tuple]:
-    """`regularization_path`'s (W, loss, K, Q) at each radius, from W."""
+            candidates: int, starts: torch.Tensor | None = None) -> list[tuple]:
+    """`regularization_path`'s (W, loss, K, Q, winning start, excess of each start) at each radius, from W."""
+    if starts is not None:  # the problem repeated for the continuation and each start: batch (1 + S, *batch)
+        wide = (1 + starts.shape[0],)
+        problem = Problem(*(None if part is None else part.expand(wide + part.shape)
+                            for part in (problem.X, problem.Y, problem.Z, problem.v)))
     u = _token_values(problem, problem.v)
     scores = problem.Y[..., None] * u
 
@@ -136,6 +176,8 @@ def _follow(problem: Problem, radii: np.ndarray, W: torch.Tensor, param: str, st
     records = []
     for R in radii:
         W, K, Q = retract(W, R)
+        if starts is not None:
+            W = torch.cat([W[None], retract(R * starts, R)[0]])
         step = torch.full(W.shape[:-2], 0.5, dtype=W.dtype, device=W.device)  # relative to R, adapted per problem
         for _ in range(steps):
             G, _, grad = _weight_gradient(problem, W, loss, values=u)
@@ -150,9 +192,15 @@ def _follow(problem: Problem, radii: np.ndarray, W: torch.Tensor, param: str, st
             W = moved.gather(0, best[(None, ...) + (None,) * 2].expand((1,) + W.shape))[0]
             taken = torch.where(best > 0, step * 2.0 ** -(best - 1).to(W.dtype), step * fractions[-1])
             step = torch.clamp(4 * taken, max=1.0)
+        won = excess = None
+        if starts is not None:  # keep the lowest loss, compared through the excess over the optimal tokens
+            excess = _excess_loss(problem, scores, W, scores.argmax(-1), loss)
+            won = excess.argmin(0)
+            W = W.gather(0, won[(None, ...) + (None,) * 2].expand((1,) + W.shape[1:]))[0]
         if param == "KQ":
             W, K, Q = _nuclear_ball(W, R, m)  # W = K Q^T, with the balanced factors
-        records.append((W, _risk(LOSSES[loss], problem, _outputs(problem, W, None)), K, Q))
+        single = problem if starts is None else problem[0]
+        records.append((W, _risk(LOSSES[loss], single, _outputs(single, W, None)), K, Q, won, excess))
     return records
 
 
