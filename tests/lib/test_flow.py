@@ -1,5 +1,6 @@
 """train.gradient_flow: the flow's trajectory with error control, its conserved quantities (bad input: test_bad_input_flow.py)."""
 
+import pytest
 import torch
 
 from attnsvm import data, train
@@ -38,3 +39,13 @@ def test_W_flow_matches_small_plain_steps():
             break
         W, length = W - step, length + ds
     assert torch.allclose(W, flow.W[-1], atol=1e-3)
+
+
+def test_a_finite_minimizer_ends_the_time_s_with_a_clear_error():
+    # two copies of a sequence with opposite labels: the loss has its minimum log 2 at finite W, reached at s ~ 0.36
+    p = data.random_problem(1, 3, 2, seed=0)
+    q = data.Problem(torch.cat([p.X, p.X]), torch.cat([p.Y, -p.Y]), torch.cat([p.Z, p.Z]), p.v)
+    flow = train.gradient_flow(q, param="W", init=None, record_at=[0.36])
+    assert float(train.loss_gradient(q, flow.W[-1]).norm()) < 1e-2 * float(train.loss_gradient(q, flow.W[0]).norm())
+    with pytest.raises(RuntimeError, match="finite minimizer"):
+        train.gradient_flow(q, param="W", init=None, record_at=[1.0], max_steps=500)

@@ -7,7 +7,10 @@ The flow d theta/dt = -grad L(theta) is integrated in the time s with ds = ||d t
 
 The factor (1 + ||theta||) / ||grad L|| is one positive number per problem at each point, the same for every
 parameter: a time change of the flow, so the trajectory is the flow's (normalizing K and Q separately would not
-be one). s measures length relative to the current scale: ||theta(s)|| <= (1 + ||theta(0)||) e^s - 1. The
+be one) as long as grad L is not 0. s measures length relative to the current scale:
+||theta(s)|| <= (1 + ||theta(0)||) e^s - 1. A flow that converges to a finite stationary point has finite length,
+so it reaches the point at a finite s (at t = infinity), beyond which the time change has no meaning: the
+integrator then stalls at that point and ends with max_steps' RuntimeError. The
 direction of grad L is exact however far softmax saturates (``train.weight_gradient``), so the flow never
 stalls on underflow. The integrator is Dormand and Prince's embedded Runge-Kutta pair of orders 5 and 4, each
 problem of a batch with its own step, accepted when ||y5 - y4|| <= rtol (1 + ||theta||).
@@ -230,7 +233,8 @@ def _integrate(problem, param, theta, times, rtol, phi, values, loss, max_steps)
         if bool(((steps + rejected) > max_steps).any()):
             raise RuntimeError(f"the gradient flow needed more than max_steps={max_steps} steps for a problem (it had "
                                f"reached s = {float(s.min()):.4g}): raise max_steps, loosen rtol or record at "
-                               "earlier times")
+                               "earlier times; if the loss has a finite minimizer the flow reaches it at a finite "
+                               "s, beyond which the time s does not go on (record before it)")
         if bool(((h < 1e-14 * (1 + s)) & ~done).any()):
             raise FloatingPointError("the gradient flow's step fell below 1e-14 (the integrator cannot meet rtol "
                                      "there): loosen rtol, or the problem's tokens are too large")
