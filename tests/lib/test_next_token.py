@@ -273,3 +273,11 @@ def test_official_problems_refuse_settings_without_cycles():
         causal.official_problems(1, n=1)
     with pytest.raises(ValueError, match="T <= K"):
         causal.official_problems(1, T=7, K=6)
+
+
+def test_finite_part_takes_newton_steps_below_the_losss_round_off():
+    """Before: the line search rejected a Newton step whose predicted decrease (7.8e-19) was below the loss's
+    round-off, and the solver stopped at a gradient of 5e-10 (a SolverError on a problem it solves)."""
+    problem = causal.ntp_problem([[1, 2, 3, 0], [2, 1, 3, 0], [1, 2, 4, 0], [3, 4, 1, 2]], [1, 2, 2, 4], d=8, seed=0)
+    W_fin = causal.finite_part(problem)
+    assert np.isfinite(W_fin).all()

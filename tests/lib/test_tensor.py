@@ -351,14 +351,14 @@ def test_max_hessian_norm_finds_the_exact_linear_constant():
 
 
 def test_max_hessian_norm_climbs_without_the_origin():
-    """Without the start x = 0 (the maximizer for linear attention and the logistic loss) the random starts miss
+    """Without the start x = 0 (a maximizer for linear attention and the logistic loss) the random starts miss
     the exact constant, and the ascent must climb to it."""
     inst = tensor.random_instance(5, 3, 8.0, seed=8, batch=20)
     exact = tensor.lipschitz_bound(*inst, loss="logistic", attention="linear")
     kw = dict(loss="logistic", attention="linear", starts=16, seed=8, origin=False)
     start = tensor.max_hessian_norm(inst, 8.0, steps=0, **kw).value
     found = tensor.max_hessian_norm(inst, 8.0, steps=60, **kw).value
-    assert ((exact - start) / exact).max() > 1e-2  # the starts alone are not the maximizer
+    assert ((exact - start) / exact).max() > 1e-2  # the starts alone are not a maximizer
     assert ((exact - found) / exact).max() < 1e-4
 
 

@@ -616,7 +616,9 @@ def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
         while True:
             with np.errstate(over="ignore", invalid="ignore"):
                 trial = evaluate(u - t * step)
-            if trial[0] <= value - 1e-4 * t * (gradient @ step) or t < 1e-12:
+            # A predicted decrease below the loss's round-off cannot be tested on the loss: take the Newton step.
+            negligible = gradient @ step <= 100 * np.finfo(float).eps * max(1.0, abs(value))
+            if trial[0] <= value - 1e-4 * t * (gradient @ step) or negligible or t < 1e-12:
                 break
             t /= 2
         if not (np.isfinite(trial[0]) and np.isfinite(trial[1]).all()):
