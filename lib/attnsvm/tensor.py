@@ -846,10 +846,10 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
     The loss depends on x only through the logits a = A_{j0} x, which fill the ball ||a|| <= R of the column space
     of A_{j0}: with the SVD A_{j0} = U S V^T the search runs over c, a = U c, ||c|| <= R, and ||Hess L(x)|| is the
     largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 unless
-    ``origin`` is False, and ``starts`` random points of the ball, each with a random unit vector e) takes ``steps`` Adam steps (learning rate ``lr`` R)
-    on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c and e, and c is scaled back into the ball after
-    each step. The result is the largest ||M(c)|| (exact, by eigvalsh) over the final and the best points of all
-    starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
+    ``origin`` is False, and ``starts`` random points of the ball, each with a random unit vector e) takes
+    ``steps`` Adam steps (learning rate ``lr`` R) on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c
+    and e, and c is scaled back into the ball after each step. The result is the largest ||M(c)|| (exact, by
+    eigvalsh) over the final and the best points of all starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
     ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}.
     ``origin=False`` leaves out the start c = 0 (a maximizer for linear attention with the logistic loss), so that
     a check of the ascent must climb; ``steps=0`` returns the best of the starts themselves.

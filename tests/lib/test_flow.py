@@ -1,4 +1,5 @@
-"""train.gradient_flow: the flow's trajectory with error control, its conserved quantities (bad input: test_bad_input_flow.py)."""
+"""train.gradient_flow: the flow's trajectory with error control and its conserved quantities (bad input:
+test_bad_input_flow.py)."""
 
 import pytest
 import torch

@@ -215,8 +215,19 @@ def test_starts_keep_the_lowest_loss_and_record_the_winner(param):
     (torch.ones(1, 4, 4, dtype=torch.float64), r"starts must have shape"),
     (torch.ones(5, 5, dtype=torch.float64), r"starts must have shape"),
     (torch.full((1, 5, 5), float("nan"), dtype=torch.float64), r"starts contains"),
+    (torch.full((1, 5, 5), float("inf"), dtype=torch.float64), r"starts contains"),
 ])
 def test_bad_starts_raise_naming_starts(starts, pattern):
     problem = data.random_problem(3, 4, 5, seed=0)
     with pytest.raises(ValueError, match=pattern):
         train.regularization_path(problem, [1.0], steps=1, starts=starts)
+
+
+@pytest.mark.parametrize("scale", [1e-320, 1e300])
+def test_starts_of_extreme_scale_are_directions(scale):
+    """Before: 1e300 entries overflowed the norm (an error blaming the radii), 1e-320 ones read as a zero matrix."""
+    problem = data.random_problem(3, 4, 5, seed=0)
+    direction = torch.eye(5, dtype=torch.float64)[None]
+    wide = train.regularization_path(problem, [1.0, 2.0], steps=5, starts=direction * scale)
+    plain = train.regularization_path(problem, [1.0, 2.0], steps=5, starts=direction)
+    torch.testing.assert_close(wide.W, plain.W, rtol=1e-12, atol=0)

@@ -670,6 +670,8 @@ def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int 
             for i in range(n):
                 if labels[i] not in ids[i]:
                     labels[i] = ids[i, torch.randint(T, (1,), generator=gen)]
+            if len(set(ids[:, -1].tolist())) == n:  # every query token alone: each graph is a star, no cycle
+                continue
             problem = NTPProblem(ids, labels, E)
             if any(len(c) > 1 for parts in priority_components(problem).values() for c in parts):
                 break

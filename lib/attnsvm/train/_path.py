@@ -150,10 +150,11 @@ def _starts(starts, problem: Problem, param: str, m: int) -> torch.Tensor | None
         raise ValueError(f"starts must have shape (S, *batch, d, d) = (S, {', '.join(map(str, batch + (d, d)))}) with "
                          f"S >= 1 (S directions per problem), got {tuple(starts.shape)}")
     require_shape(starts, "starts", (starts.shape[0],) + batch + (d, d), "S directions per problem")
-    norm = torch.linalg.matrix_norm(starts, "fro" if param == "W" else "nuc")
-    if not (norm > 0).all():
+    largest = starts.abs().amax((-2, -1), keepdim=True)  # scaled first: no overflow or underflow in the norm
+    if not (largest > 0).all():
         raise ValueError("starts holds a zero matrix, which has no direction: pass non-zero directions")
-    return starts / norm[..., None, None]
+    starts = starts / largest
+    return starts / torch.linalg.matrix_norm(starts, "fro" if param == "W" else "nuc")[..., None, None]
 
 
 def _follow(problem: Problem, radii: np.ndarray, W: torch.Tensor, param: str, steps: int, loss: str, m: int,
