@@ -849,8 +849,10 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
     ``origin`` is False, and ``starts`` random points of the ball, each with a random unit vector e) takes
     ``steps`` Adam steps (learning rate ``lr`` R) on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c
     and e, and c is scaled back into the ball after each step. The result is the largest ||M(c)|| (exact, by
-    eigvalsh) over the final and the best points of all starts: a lower bound on sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex)
-    ball. A local search may miss the supremum. The point returned is x = V S^+ c, in the row space of A_{j0}.
+    eigvalsh) over every point visited (each start and the point after each of its steps): a lower bound on
+    sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex) ball. A local search
+    may miss the supremum. With the other arguments fixed, the first k steps are those of any longer run, so the
+    result never decreases as ``steps`` grows. The point returned is x = V S^+ c, in the row space of A_{j0}.
     ``origin=False`` leaves out the start c = 0 (a maximizer for linear attention with the logistic loss), so that
     a check of the ascent must climb; ``steps=0`` returns the best of the starts themselves.
 
@@ -891,34 +893,33 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
     def project(z):
         return z * torch.clamp(R / (z * keep).norm(dim=-1).clamp_min(1e-300), max=1.0)[..., None]
 
-    _finite(M(project(c)), "the Hessian at the starting points", "instance or R is too large")
     c, e = project(c).requires_grad_(True), e.requires_grad_(True)
     best = torch.full(c.shape[:-1], -1.0, dtype=torch.float64)
     best_c = c.detach().clone()
     optimizer = torch.optim.Adam([c, e], lr=lr * R, maximize=True)
     with torch.enable_grad():
-        for _ in range(steps):
-            quotient = (e[..., None, :] @ M(c) @ e[..., :, None])[..., 0, 0] / (e * e).sum(-1)
-            better = quotient.detach().abs() > best
-            best = torch.where(better, quotient.detach().abs(), best)
+        for step in range(steps + 1):
+            if not torch.isfinite(c).all():
+                raise FloatingPointError(f"the ascent diverged (a point of the ball became NaN or infinite): lower "
+                                         f"lr or R (each Adam step moves about lr R; got lr={lr!r}, R={R!r}), or "
+                                         f"scale the instance down (the squared Hessians it climbs overflow float64)")
+            Mc = _finite(M(c), "the Hessians in the ball", "instance or R is too large")
+            norm = torch.linalg.eigvalsh(Mc.detach()).abs().max(-1).values  # ||M(c)||, exact
+            better = norm > best
+            best = torch.where(better, norm, best)
             best_c = torch.where(better[..., None], c.detach(), best_c)
+            if step == steps:
+                break
+            quotient = (e[..., None, :] @ Mc @ e[..., :, None])[..., 0, 0] / (e * e).sum(-1)
             optimizer.zero_grad()
             (quotient ** 2).sum().backward()
             optimizer.step()
             with torch.no_grad():
                 c.copy_(project(c))
-    candidates = torch.cat([best_c, c.detach()])
-    if not torch.isfinite(candidates).all():
-        raise FloatingPointError(f"the ascent diverged (a point of the ball became NaN or infinite): lower lr or R "
-                                 f"(each Adam step moves about lr R; got lr={lr!r}, R={R!r}), or scale the instance "
-                                 f"down (the squared Hessians it climbs overflow float64)")
-    blame = "instance or R is too large"
-    norms = _finite(torch.linalg.eigvalsh(_finite(M(candidates), "the Hessians in the ball", blame)).abs()
-                    .max(-1).values, "the Hessian norms", blame)
-    index = norms.argmax(0)
-    c_best = candidates.gather(0, index[None, ..., None].expand((1,) + candidates.shape[1:]))[0] * keep
+    index = best.argmax(0)
+    c_best = best_c.gather(0, index[None, ..., None].expand((1,) + best_c.shape[1:]))[0] * keep
     point = (Vh.mT @ (c_best / torch.where(keep > 0, S, torch.ones_like(S)))[..., None])[..., 0]
-    return Ascent(norms.max(0).values, point)
+    return Ascent(_finite(best.max(0).values, "the Hessian norms", "instance or R is too large"), point)
 
 
 def descend(instance: Instance, x0: ArrayLike, *, lr: float, steps: int, loss: str = "logistic",
