@@ -484,12 +484,15 @@ def _paper_C_objective(problem, W, C):
     return np.linalg.norm(W) + C * np.maximum(0.0, 1.0 - gaps[~np.isnan(gaps)]).sum()
 
 
-def test_paper_C_form_is_optimal_kkt():
+# The first six missed complementary slackness by 1.2e-6 to 1.3e-5 when ||W|| came from a fixed-point iteration;
+# seed 11 at C = 2 has copies of constraints (Gram matrix of rank 9 for 24 constraints), so its free multipliers
+# are not unique and a minimum-norm least-squares polish makes some of them negative.
+@pytest.mark.parametrize("seed, C", [(4, 0.5), (0, 0.5), (2, 0.5), (7, 0.5), (9, 0.5), (5, 2.0), (11, 2.0)])
+def test_paper_C_form_is_optimal_kkt(seed, C):
     """Its KKT conditions: W / ||W|| = sum lam A with 0 <= lam <= C and complementary slackness; and no lower
     objective than cvxpy's."""
-    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[4])[0][0]
+    problem = causal.next_token_problems(6, 5, 8, V=6, seeds=[seed])[0][0]
     alpha = causal.optimal_tokens(problem)
-    C = 0.5
     W, lam = causal.att_svm(problem, C=C, objective="norm", return_multipliers=True)
     A, where = _rows(problem, alpha)
     values = np.array([lam[w] for w in where])

@@ -129,7 +129,7 @@ def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Lan
                          f"got {successors}")
     _memory(4.0 * V * (V + d), "V and d (the V x V transition matrix and V embeddings in R^d)")
     gen = torch.Generator().manual_seed(_seed(seed))
-    nxt = torch.rand(V, V, generator=gen).argsort(dim=1)[:, :successors]  # a random subset per token
+    nxt = torch.rand(V, V, generator=gen, dtype=torch.float64).argsort(dim=1)[:, :successors]  # random subsets
     weights = -torch.log(torch.rand(V, successors, generator=gen, dtype=torch.float64))  # Dirichlet(1)
     transition = torch.zeros(V, V, dtype=torch.float64).scatter_(1, nxt, weights / weights.sum(1, keepdim=True))
     embeddings = unit_rows(torch.randn(V, d, generator=gen, dtype=torch.float64))

@@ -148,32 +148,54 @@ def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
     return _polish_box(G, C, lam)
 
 
-def _polish_box(G: np.ndarray, C: float, lam: np.ndarray) -> np.ndarray:
-    """Re-solve the soft-margin KKT system on the active set to machine precision (keep lam if that fails)."""
+def _active_set(G: np.ndarray, C: float, lam: np.ndarray):
+    """The soft-margin KKT system on the active set of lam (0: lam <= 1e-7 C, C: lam >= (1 - 1e-7) C), solved
+    for every penalty at once: (low, high, p, r) with lam(C') = p + C' r, where lam_high = C', lam_low = 0 and the
+    free multipliers solve G_FF lam_F = 1 - C' G_FH 1 (margin exactly one). Where G_FF is singular (copies of a
+    constraint) these solutions are an affine set, and lam_F moves to its nearest point (a least-squares step),
+    so that a solver's multipliers inside the box stay inside."""
     low, high = lam <= 1e-7 * C, lam >= (1 - 1e-7) * C
     free = ~(low | high)
-    polished = np.where(high, C, 0.0)
+    p, r = np.zeros(len(G)), high.astype(float)
     if free.any():
-        rhs = 1.0 - G[np.ix_(free, high)] @ polished[high]
-        polished[free] = np.linalg.lstsq(G[np.ix_(free, free)], rhs, rcond=None)[0]
-    margin = G @ polished
+        G_FF = G[np.ix_(free, free)]
+        rhs = np.stack([1.0 - G_FF @ lam[free], -G[np.ix_(free, high)].sum(1)], axis=1)
+        step, r[free] = np.linalg.lstsq(G_FF, rhs, rcond=None)[0].T
+        p[free] = lam[free] + step
+    return low, high, p, r
+
+
+def _kkt_holds(G: np.ndarray, C: float, lam: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    """Whether lam meets the soft-margin KKT conditions for C on this active set, to POLISH_TOL."""
+    free = ~(low | high)
+    margin = G @ lam
     tol = POLISH_TOL * max(1.0, np.abs(margin).max())
-    ok = (polished[free].min(initial=0.0) >= 0 and polished[free].max(initial=0.0) <= C
-          and np.abs(margin[free] - 1).max(initial=0.0) <= tol
-          and (margin[low] >= 1 - tol).all() and (margin[high] <= 1 + tol).all())
-    return polished if ok else lam
+    return bool(lam[free].min(initial=0.0) >= 0 and lam[free].max(initial=0.0) <= C
+                and np.abs(margin[free] - 1).max(initial=0.0) <= tol
+                and (margin[low] >= 1 - tol).all() and (margin[high] <= 1 + tol).all())
+
+
+def _polish_box(G: np.ndarray, C: float, lam: np.ndarray) -> np.ndarray:
+    """Re-solve the soft-margin KKT system on the active set to machine precision (keep lam if that fails)."""
+    low, high, p, r = _active_set(G, C, lam)
+    polished = p + C * r
+    return polished if _kkt_holds(G, C, polished, low, high) else lam
 
 
 def _norm_objective(rows: _Rows, C: float):
     """Paper C's form min ||W||_F + C sum xi. Returns (W, lam) with W = ||W||_F A^T lam and 0 <= lam <= C.
 
     Solved as a second-order cone program in the factor space B (B B^T = G, so ||W||_F = ||y||): variables
-    (y, s, xi), min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s. Then polished: its KKT conditions,
-    W / ||W|| = A^T lam with 0 <= lam <= C, are those of the "squared" form for C' = C ||W|| (with multipliers
-    ||W|| lam), so W is the exact `_box_qp` solution for C' = C ||W||. A fixed-point iteration on ||W|| reaches
-    it in one or two steps; if it has not converged after five, the cone program's solution is returned.
+    (y, s, xi), min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s; its W is accurate only to about 1e-5
+    relative. Then polished: the KKT conditions, W / ||W|| = A^T lam with 0 <= lam <= C, are those of
+    the "squared" form for C' = C N, N = ||W||, with multipliers N lam. On the active set of `_box_qp`'s solution
+    for C' = C ||W||, the multipliers are affine in C' (p + C' r, `_active_set`), so N = ||A^T (p + C N r)|| is a
+    quadratic equation in N, solved exactly (not iterated: N <- ||W_sq(C N)|| contracts only linearly); a root
+    whose multipliers pass the KKT test for C N is the solution. If the active set was wrong, the next try starts
+    from the root; after five tries (or none with a positive root), the cone solution is returned.
     """
-    B = _factor(rows.gram())
+    G = rows.gram()
+    B = _factor(G)
     m = len(B)
     eye, zero_m, zero_1 = sparse.identity(m, format="csc"), sparse.csc_matrix((m, m)), sparse.csc_matrix((m, 1))
     # Clarabel's form: A x + slack = b with the slack in the cones; x = (y, s, xi)
@@ -192,12 +214,17 @@ def _norm_objective(rows: _Rows, C: float):
     norm = np.linalg.norm(np.asarray(solution.x)[:m])
     W = norm * rows.combine(lam)
     for _ in range(5 if norm > 0 else 0):
-        lam_sq = _box_qp(rows.gram(), C * norm)
-        W_sq = rows.combine(lam_sq)
-        new = np.linalg.norm(W_sq)
-        if new > 0 and abs(new - norm) <= 1e-12 * norm:
-            return W_sq, np.clip(lam_sq / new, 0.0, C)
-        norm = new
+        low, high, p, r = _active_set(G, C * norm, _box_qp(G, C * norm))
+        Gp, Gr = G @ p, G @ r  # N^2 = ||A^T (p + C N r)||^2: (1 - C^2 r'Gr) N^2 - 2 C p'Gr N - p'Gp = 0
+        roots = np.roots([1.0 - C * C * (r @ Gr), -2.0 * C * (p @ Gr), -(p @ Gp)])
+        roots = np.sort(roots[np.isreal(roots)].real)[::-1]
+        for root in roots[roots > 0]:
+            lam_sq = p + C * root * r
+            if _kkt_holds(G, C * root, lam_sq, low, high):
+                return rows.combine(lam_sq), np.clip(lam_sq / root, 0.0, C)
+        if not (roots > 0).any():
+            break
+        norm = roots[0]
     return W, lam
 
 
