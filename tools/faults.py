@@ -135,6 +135,9 @@ def torch_loop_only() -> None:
     patch(compiled, "_gd", lambda original: gd)  # train.gd calls the unchecked engine
     patch(compiled, "gd", lambda original: lambda problem, W0, head, *, loss, lr, normalized, eps, record: gd(
         problem, W0, head, loss, lr, normalized, eps, record))
+    from attnsvm.train import _mirror as mirror
+    # mirror descent's compiled loop takes neither the torch loop's maps nor its step: run the torch loop
+    patch(mirror, "_train", lambda original: lambda *arguments: original(*arguments[:-1], "torch"))
 
 
 @fault(is_control=True)
@@ -550,7 +553,7 @@ def tokens_not_normalized():
 
 # ------------------------------------------------------------------ Part III (chapters 8-12)
 
-@fault("08_mirror_descent")
+@fault("08_mirror_descent", control="torch_loop")
 def mirror_map_exponent_p():
     """Mirror descent's mirror map with exponent p instead of p - 1: the dual variable is sign(w) |w|^p and the
     inverse map sign(theta) |theta|^(1/p) (the gradient of ||w||_p^p taken as |w|^p): consistent with each other,
@@ -564,15 +567,17 @@ def mirror_map_exponent_p():
 
     def primal(theta, p):
         return torch.sign(theta) * theta.abs() ** (1.0 / p)
+    torch_loop_only()
     patch(mirror, "_dual", lambda original: dual)
     patch(mirror, "_primal", lambda original: primal)
 
 
-@fault("08_mirror_descent")
+@fault("08_mirror_descent", control="torch_loop")
 def mirror_dual_exponent():
     """Mirror descent normalizes its step in the wrong dual norm: q = p / (p + 1) instead of p / (p - 1) (a sign
     slip), so the dual variable no longer moves by exactly lr in the l_q norm."""
     from attnsvm.train import _mirror as mirror
+    torch_loop_only()
     patch(mirror, "_mirror_step", lambda original: lambda p, q, eps: original(p, p / (p + 1.0), eps))
 
 

@@ -28,13 +28,15 @@ def _trajectory(arguments):
     return accept
 
 
-VALID = {"steps": 5, "lr": 0.1, "param": "W", "init": None, "record_every": 1, "loss": "logistic"}
+VALID = {"steps": 5, "lr": 0.1, "param": "W", "init": None, "record_every": 1, "loss": "logistic",
+         "engine": "auto"}
 COMMON = {"steps": options(VALID["steps"], [0, -1, 2.5, "5", None, 10**9]),
           "lr": options(VALID["lr"], [0.0, -0.1, np.nan, "0.1", None, 1e300]),
           "param": options(VALID["param"], ["KQ", "w", None, 1]),
           "init": options(None, ["zeros", "uniform", W0, np.full((2, 2), np.nan), np.ones((3, 3)), "x", 1.0]),
           "record_every": options(VALID["record_every"], [0, 2, -1, 1.5, None]),
-          "loss": options(VALID["loss"], ["exp", "correlation", "x", None])}
+          "loss": options(VALID["loss"], ["exp", "correlation", "x", None]),
+          "engine": options(VALID["engine"], ["compiled", "torch", "numba", None, 1])}
 P, Q = 3.0, 2.0
 
 

@@ -131,6 +131,32 @@ def test_batched_equals_one_by_one():
     torch.testing.assert_close(mixed.W, run.W, rtol=1e-12, atol=1e-12)  # no underflow yet: the same
 
 
+@pytest.mark.parametrize("p", [1.75, 2.0, 2.5, 3.0])
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_the_compiled_loop_takes_the_torch_loops_steps(p, param):
+    """The two engines agree to round-off, with eps per problem (0, the authors', a large one): on W into
+    saturation (where eps = 0 runs on and the others slow down); on (K, Q), of width m = 3, with smaller steps (larger
+    steps, and longer (K, Q) runs, amplify a round-off of 1e-15 to 1e-3 in the torch loop alone)."""
+    problems = _problem(seed=15, batch=5)
+    init, lr, steps = (_start((5, 4, 4), seed=16), 0.1, 3000) if param == "W" else ("uniform", 0.02, 200)
+    eps = torch.tensor([0.0, EPS, 1e-3, 0.0, EPS], dtype=torch.float64)
+    runs = [train.mirror_descent(problems, p=p, steps=steps, lr=lr, param=param, init=init, m=3, eps=eps,
+                                 record_every=steps // 4, engine=engine) for engine in ("compiled", "torch")]
+    if param == "W" and p <= 2:
+        assert float(train.loss_gradient(problems[0], runs[1].W[-1, 0]).norm()) < EPS  # saturated
+    for name in ("W", "probs", "loss") + (("K", "Q") if param == "KQ" else ()):
+        torch.testing.assert_close(getattr(runs[0], name), getattr(runs[1], name), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_the_compiled_sign_descent_is_the_torch_loops(param):
+    problems = _problem(seed=17, batch=3)
+    runs = [train.sign_descent(problems, steps=500, lr=0.05, param=param, init="uniform", record_every=100,
+                               engine=engine) for engine in ("compiled", "torch")]
+    for name in ("W", "probs", "loss"):
+        torch.testing.assert_close(getattr(runs[0], name), getattr(runs[1], name), rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("q", [1.0, 4 / 3, 1.5, 2.0, 3.0, math.inf])
 def test_dual_norm(q):
     G = _start((2, 3, 3), seed=12)
@@ -152,6 +178,10 @@ def test_bad_arguments_are_named():
         train.mirror_descent(problem, p=2, steps=1, lr=0.1, eps=[0.0, 1.0])
     with pytest.raises(ValueError, match="lr"):
         train.sign_descent(problem, steps=1, lr=-0.1)
+    with pytest.raises(ValueError, match=r'^engine="compiled" cannot run this training: rule="official"'):
+        train.mirror_descent(problem, p=2, steps=1, lr=0.1, rule="official", engine="compiled")
+    with pytest.raises(ValueError, match="engine"):
+        train.sign_descent(problem, steps=1, lr=0.1, engine="numba")
 
 
 def test_a_zero_gradient_gives_no_step_with_or_without_eps():

@@ -14,12 +14,18 @@ once softmax saturates autograd's gradient is round-off: that run freezes where 
 Sign descent, w <- w - lr sign(G), is the steepest descent for the l-infinity norm (the limit p -> infinity of
 normalized steepest descent in the lp norm, not of the mirror steps above); sign(G) = sign(direction) is exact
 as well.
+
+On the CPU both run, except under rule="official", in a loop compiled with Numba (``engine="auto"``) that takes
+the exact gradient from the compiled loop of ``train.gd`` (`_cpu_loop`) and the same steps as the torch loop,
+to round-off, several times faster. Numba's cache keys on this file only: after an edit of `_cpu_loop`, clear
+``__pycache__`` (the tests that compare the two engines would fail on a stale loop).
 """
 
 from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import torch
 
@@ -30,7 +36,8 @@ from ..data import Problem
 from ..model import (_TRAINING, LOSSES, _attention, _checked_problem, _option, _overflow, _risk,
                      _token_values)
 from . import _gradients as gradients
-from ._descent import (OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
+from ._cpu_loop import _FAST, BLOCK, LANES, LOSS_CODES, _gradient, _row_products
+from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
                        _recorder)
 from ._initial import PARAMS, initial_parameters
 
@@ -87,7 +94,15 @@ def _dual_norm(G: torch.Tensor, q: float, dims: tuple = (-2, -1)) -> torch.Tenso
     safe = torch.where(scale > 0, scale, 1.0)
     if math.isinf(q):
         return scale
-    return safe * ((G / safe).abs() ** q).sum(dims, keepdim=True) ** (1.0 / q)
+    return safe * _power((G / safe).abs(), q).sum(dims, keepdim=True) ** (1.0 / q)
+
+
+def _power(x: torch.Tensor, a: float) -> torch.Tensor:
+    """x ** a for x >= 0; for a = 1.5 or 2.5 as x^(a - 1/2) sqrt(x), within an ulp and four times faster than
+    pow (torch's pow is fast for a = 1/2, 2 and 3 only)."""
+    if a in (1.5, 2.5):
+        return x ** (a - 0.5) * x.sqrt()
+    return x ** a
 
 
 def _mirror_step(p: float, q: float, eps):
@@ -112,19 +127,26 @@ def _primal(theta: torch.Tensor, p: float) -> torch.Tensor:
     power = 1.0 / (p - 1.0)
     if power == 1.0:
         return theta
-    return torch.sign(theta) * (theta.abs().sqrt() if power == 0.5 else theta.abs() ** power)
+    return torch.sign(theta) * _power(theta.abs(), power)
 
 
 def _dual(w: torch.Tensor, p: float) -> torch.Tensor:
-    return torch.sign(w) * w.abs() ** (p - 1.0)
+    return torch.sign(w) * _power(w.abs(), p - 1.0)
 
 
 def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: int, record_every: int, loss: str,
-           rule, update, name: str) -> Trajectory:
-    """The shared loop of mirror and sign descent: update(params, grads, log_scale) -> new params."""
+           rule, update, name: str, engine: str) -> Trajectory:
+    """The shared loop of mirror and sign descent: update(params, grads, log_scale) -> new params; in the
+    compiled loop where ``engine`` and the run allow it."""
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
     official = _option(rule, "rule", RULES) == "official"
+    engine = _option(engine, "engine", ENGINES)
+    unsupported = ('rule="official" takes autograd\'s gradient, which it does not compute' if official else
+                   None if problem.X.device.type == "cpu" else f"it runs on the CPU only (the problem is on "
+                                                                f"{problem.X.device})")
+    if engine == "compiled" and unsupported:
+        raise ValueError(f'engine="compiled" cannot run this training: {unsupported}; use engine="auto" or "torch"')
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     m = problem.d if m is None else positive_int(m, "m")
@@ -132,9 +154,12 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
     d, width = problem.d, 0 if param == "W" else params[0].shape[-1]
     entries = np.prod(problem.batch_shape, dtype=float) * (d * d + 2 * d * width + problem.n * problem.T + 1)
     recorder = _recorder(steps, record_every, entries)
+    blame = _blame(f"lr={lr!r}", "init")
+    if engine != "torch" and not unsupported:
+        return _finite_trajectory(_compiled(problem, params, recorder.steps, lr, loss, update), blame)
     values = _token_values(problem, problem.v)
     ridge = OFFICIAL_EPS if official and param == "KQ" else 0.0
-    with _overflow(f"{name}'s iterates", _blame(f"lr={lr!r}", "init"), "lower lr"):
+    with _overflow(f"{name}'s iterates", blame, "lower lr"):
         state = update.start(params)
         for k in range(steps + 1):
             params = update.params(state)
@@ -153,14 +178,201 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
             if k == steps:
                 break
             state = update.step(state, grads, log_scale, lr)
-    return _finite_trajectory(recorder.trajectory(), _blame(f"lr={lr!r}", "init"))
+    return _finite_trajectory(recorder.trajectory(), blame)
+
+
+def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:
+    """`_train`'s run in the compiled loop `_run`: lanes last, BLOCK problems a call (as `_cpu_loop.gd`)."""
+    batch, n, T, d, m = problem.batch_shape, problem.n, problem.T, problem.d, params[0].shape[-1]
+    size = int(np.prod(batch))
+    padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
+
+    def lanes_last(tensor, shape):
+        flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
+        return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
+    X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
+    U, XV = lanes_last(_token_values(problem, problem.v), (n, T)), np.zeros((n, T, 0, padded))
+    K0 = lanes_last(params[0], (d, m))
+    Q0 = lanes_last(params[1], (d, m)) if len(params) == 2 else np.zeros_like(K0)
+    p, eps = (update.p, update.eps) if isinstance(update, _Mirror) else (0.0, None)
+    log_eps = lanes_last(torch.log(torch.zeros(batch, dtype=torch.float64) if eps is None else eps), ())
+    R = len(record)
+    Ws, probs, f = np.empty((R, padded, d, d)), np.empty((R, padded, n, T)), np.empty((R, padded, n))
+    Ks, Qs = np.empty((R, padded, d, m)), np.empty((R, padded, d, m))
+    for start in range(0, padded, BLOCK):
+        block = slice(start, start + BLOCK)
+        recorded = [np.empty(a[:, block].shape) for a in (Ws, Ks, Qs, probs, f)]
+        _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, K0, Q0, log_eps)), len(params) == 2,
+             LOSS_CODES[loss], float(lr), float(p), np.asarray(record, dtype=np.int64), *recorded)
+        for a, values in zip((Ws, Ks, Qs, probs, f), recorded):
+            a[:, block] = values
+    Ws, Ks, Qs, probs, f = (torch.from_numpy(a[:, :size]).reshape((R,) + batch + a.shape[2:])
+                            for a in (Ws, Ks, Qs, probs, f))
+    factors = {} if len(params) == 1 else {"K": Ks, "Q": Qs}
+    return Trajectory(steps=np.array(record), probs=probs, loss=_risk(LOSSES[loss], problem, f), W=Ws, **factors)
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _powers(x, a):
+    """x = x ** a in place (x >= 0, C-contiguous): sqrt and products where 2a is 1, 2, 3, 4 or 5 (as `_power`)."""
+    flat = x.reshape(-1)
+    if a == 1.0:
+        return
+    if a == 0.5:
+        for j in range(flat.size):
+            flat[j] = math.sqrt(flat[j])
+    elif a == 1.5:
+        for j in range(flat.size):
+            flat[j] = flat[j] * math.sqrt(flat[j])
+    elif a == 2.0:
+        for j in range(flat.size):
+            flat[j] = flat[j] * flat[j]
+    elif a == 2.5:
+        for j in range(flat.size):
+            flat[j] = flat[j] * flat[j] * math.sqrt(flat[j])
+    else:
+        for j in range(flat.size):
+            flat[j] = flat[j] ** a
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _signed_powers(source, target, a):
+    """target = sign(source) |source|^a entry by entry (arrays of one shape, C-contiguous)."""
+    x, y = source.reshape(-1), target.reshape(-1)
+    for j in range(x.size):
+        y[j] = abs(x[j])
+    _powers(target, a)
+    for j in range(x.size):
+        y[j] = math.copysign(y[j], x[j])
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _products(left, right, out):
+    """out[i] = left[i] right on every lane: out[i, j] = sum_c left[i, c] right[c, j]."""
+    for i in range(left.shape[0]):
+        for j in range(right.shape[1]):
+            for b in range(out.shape[2]):
+                out[i, j, b] = 0.0
+            for c in range(left.shape[1]):
+                for b in range(out.shape[2]):
+                    out[i, j, b] += left[i, c, b] * right[c, j, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _outer_sums(left, right, out):
+    """out = sum_i left[i] right[i]^T on every lane: out[a, j] = sum_i left[i, a] right[i, j]."""
+    for a in range(left.shape[1]):
+        for j in range(right.shape[1]):
+            for b in range(out.shape[2]):
+                out[a, j, b] = 0.0
+    for i in range(left.shape[0]):
+        for a in range(left.shape[1]):
+            for j in range(right.shape[1]):
+                for b in range(out.shape[2]):
+                    out[a, j, b] += left[i, a, b] * right[i, j, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch):
+    """One step of one parameter w on every lane, for the gradient e^{log_scale} G: the mirror step of `_Mirror`
+    on its dual variable theta (then w = its primal), or for p = 0 sign descent (theta is w)."""
+    rows, columns, L = G.shape
+    if p == 0.0:
+        for a in range(rows):
+            for c in range(columns):
+                for b in range(L):
+                    theta[a, c, b] -= lr * (1.0 if G[a, c, b] > 0 else (-1.0 if G[a, c, b] < 0 else 0.0))
+                    w[a, c, b] = theta[a, c, b]
+        return
+    q = p / (p - 1.0)
+    SCALE, INVERSE, SUM = 0, 1, 2  # rows of buffer; SUM then holds the step's factor
+    for b in range(L):
+        buffer[SCALE, b], buffer[SUM, b] = 0.0, 0.0
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
+                buffer[SCALE, b] = max(buffer[SCALE, b], abs(G[a, c, b]))
+    for b in range(L):
+        buffer[INVERSE, b] = 1.0 / buffer[SCALE, b] if buffer[SCALE, b] > 0 else 1.0
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
+                scratch[a, c, b] = abs(G[a, c, b]) * buffer[INVERSE, b]
+    _powers(scratch, q)
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
+                buffer[SUM, b] += scratch[a, c, b]
+    for b in range(L):
+        norm = buffer[SCALE, b] * buffer[SUM, b] ** (1.0 / q)  # ||G||_q
+        # lr / ||G||_q times ||G_true||_q / (||G_true||_q + eps), in log space (eps = 0: log_eps = -inf gives 1)
+        ratio = math.exp(log_eps[b] - log_scale[b] - math.log(norm)) if norm > 0 else 0.0  # eps / ||G_true||_q
+        buffer[SUM, b] = lr / norm / (1.0 + ratio) if norm > 0 else 0.0
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
+                theta[a, c, b] -= buffer[SUM, b] * G[a, c, b]
+    _signed_powers(theta, w, 1.0 / (p - 1.0))
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
+    """Every lane's run (lanes last: X (n, T, d, L), K0 (d, m, L), ...) of mirror descent with exponent p, or of
+    sign descent for p = 0, on W = K0 or, where kq, on (K, Q) from (K0, Q0), with the gradient of
+    `_cpu_loop._gradient`; records W, K, Q, the attention and the outputs f at the steps `record` (lanes first)."""
+    n, T, d, L = X.shape
+    m = K0.shape[1]
+    K, Q, theta_K, theta_Q = K0.copy(), Q0.copy(), np.empty((d, m, L)), np.empty((d, m, L))
+    if p == 0.0:
+        theta_K, theta_Q = K0.copy(), Q0.copy()
+    else:
+        _signed_powers(K0, theta_K, p - 1.0)
+        _signed_powers(Q0, theta_Q, p - 1.0)
+    WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
+    s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
+    u, hidden, log_scale, lanes = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L), np.empty((7, L))
+    G_K, G_Q, W, scratch, buffer = np.empty((d, m, L)), np.empty((d, m, L)), np.empty((d, d, L)), \
+        np.empty((d, m, L)), np.empty((3, L))
+    r = 0
+    for k in range(record[-1] + 1):
+        if kq:
+            _products(Z, Q, QZ)  # QZ[i] = Q^T z_i
+            _row_products(QZ, K, WZ)  # WZ[i] = K Q^T z_i
+        else:
+            _row_products(Z, K, WZ)  # WZ[i] = W z_i
+        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
+        if k == record[r]:
+            if kq:
+                _row_products(K, Q, W)
+            for b in range(L):
+                for a in range(d):
+                    for c in range(d):
+                        Ws[r, b, a, c] = W[a, c, b] if kq else K[a, c, b]
+                    for c in range(m):
+                        Ks[r, b, a, c], Qs[r, b, a, c] = K[a, c, b], Q[a, c, b]
+                for i in range(n):
+                    f[r, b, i] = outputs[i, b]
+                    for t in range(T):
+                        probs[r, b, i, t] = s[i, t, b]
+            r += 1
+            if r == len(record):
+                break
+        if kq:  # dL/dK = G Q = sum_i A_i (Q^T z_i)^T, dL/dQ = G^T K = sum_i z_i (K^T A_i)^T
+            _outer_sums(A, QZ, G_K)
+            _products(A, K, KA)
+            _outer_sums(Z, KA, G_Q)
+            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch)
+            _update(theta_Q, Q, G_Q, p, lr, log_scale, log_eps, buffer, scratch)
+        else:  # dL/dW = G = sum_i A_i z_i^T
+            _outer_sums(A, Z, G_K)
+            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch)
 
 
 class _Mirror:
     """State: the dual variables theta of the parameters."""
 
     def __init__(self, p: float, eps):
-        self.p, self.move = p, _mirror_step(p, p / (p - 1.0), eps)
+        self.p, self.eps, self.move = p, eps, _mirror_step(p, p / (p - 1.0), eps)
 
     def start(self, params):
         return tuple(_dual(w, self.p) for w in params)
@@ -189,7 +401,7 @@ class _Sign:
 def mirror_descent(problem: Problem, *, p: float, steps: int, lr: float, param: str = "W",
                    init: str | np.ndarray | torch.Tensor | tuple | None = None, m: int | None = None, seed: int = 0,
                    record_every: int = 1, loss: str = "logistic", rule: str | None = None,
-                   eps: float | ArrayLike | None = None) -> Trajectory:
+                   eps: float | ArrayLike | None = None, engine: str = "auto") -> Trajectory:
     """Normalized mirror descent with the potential ||.||_p^p (entrywise, p > 1) on W (param="W") or on each of
     K and Q (param="KQ", W = K Q^T), for every problem in the batch: the dual variable sign(w)|w|^(p-1) moves by
     -lr G / ||G||_q (q = p / (p - 1)), with the gradient's direction exact under saturation (see the module).
@@ -202,8 +414,9 @@ def mirror_descent(problem: Problem, *, p: float, steps: int, lr: float, param: 
     gradient underflows; do not pass ``eps`` with it).
     ``init``: as in ``gd`` (None: zeros for W, "uniform" for (K, Q); an initial W or a pair (K0, Q0), refused
     where K0 = Q0 = 0, a saddle point, as init="zeros" is for (K, Q)); ``m``: the width of K and Q; ``seed``:
-    the seed of "uniform". Records W, the softmax probabilities and the loss at
-    steps 0, record_every, ..., ``steps``.
+    the seed of "uniform". ``engine``: "compiled" (the compiled CPU loop, see the module), "torch" (the batched
+    torch loop, for every option) or "auto" (compiled wherever it applies: on the CPU, without rule="official").
+    Records W, the softmax probabilities and the loss at steps 0, record_every, ..., ``steps``.
 
     Examples
     --------
@@ -231,13 +444,13 @@ def mirror_descent(problem: Problem, *, p: float, steps: int, lr: float, param: 
             raise ValueError(f"eps must be >= 0 (0: the exact step), got a minimum {float(eps.min())!r}")
         eps = eps.expand(problem.batch_shape)
     return _train(problem, param, steps, lr, init, m, seed, record_every, loss, rule, _Mirror(p, eps),
-                  "mirror descent")
+                  "mirror descent", engine)
 
 
 @torch.no_grad()  # a run records data, not a graph
 def sign_descent(problem: Problem, *, steps: int, lr: float, param: str = "W",
                  init: str | np.ndarray | torch.Tensor | tuple | None = None, m: int | None = None, seed: int = 0,
-                 record_every: int = 1, loss: str = "logistic") -> Trajectory:
+                 record_every: int = 1, loss: str = "logistic", engine: str = "auto") -> Trajectory:
     """Sign descent, w <- w - lr sign(G), on W or on each of K and Q (the steepest descent for the entrywise
     l-infinity norm, the limit p -> infinity of normalized steepest descent in the lp norm); sign(G) is taken from the
     exact direction of the gradient, so it never vanishes by underflow. Arguments as in ``mirror_descent``.
@@ -250,4 +463,5 @@ def sign_descent(problem: Problem, *, steps: int, lr: float, param: str = "W",
     >>> tuple(run.W.shape), bool(run.loss[-1] < run.loss[0])
     ((2, 4, 4), True)
     """
-    return _train(problem, param, steps, lr, init, m, seed, record_every, loss, None, _Sign(), "sign descent")
+    return _train(problem, param, steps, lr, init, m, seed, record_every, loss, None, _Sign(), "sign descent",
+                  engine)
