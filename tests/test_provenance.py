@@ -5,7 +5,7 @@ The first paragraph of each `{prf:theorem}`, `{prf:proposition}`, `{prf:lemma}`,
 
     *Source: <paper and place, or "this book">. Status: <status>.*
 
-with one of the statuses below. "proved below" must be followed by a `{prf:proof}`, "proof sketch below" by a
+with one of the statuses below ("open": a conjecture of the book's own that no source states). "proved below" must be followed by a `{prf:proof}`, "proof sketch below" by a
 `{prf:proof}` that opens with "*Sketch", and the other statuses say that the book does not prove the statement
 (it is checked numerically, taken on trust, or refuted). The test prints how many statements of each status
 every chapter has.
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "book_src").glob("*.md"))
 THEOREM_LIKE = ("theorem", "proposition", "lemma", "corollary", "conjecture")
 STATUSES = ("proved below", "proof sketch below", "not proved here; checked numerically",
-            "not proved here; taken on trust", "refuted below")
+            "not proved here; taken on trust", "not proved here; open", "refuted below")
 DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{prf:(?P<kind>[a-z]+)\}(?P<title>.*)$")
 PROVENANCE = re.compile(r"^\*Source: (?P<source>.+?)\. Status: (?P<status>[^.*]+)\.\*$")
 
