@@ -136,25 +136,35 @@ def _clarabel(P, q, A, b, cones, what: str, C: float):
     return solution
 
 
-def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
-    """argmin_lam (1/2) lam^T G lam - 1^T lam s.t. 0 <= lam <= C (the soft-margin dual), by Clarabel, then the
-    active set polished: free multipliers solve G_FF lam_F = 1 - C G_FU 1 (margin exactly one)."""
+def _box_start(G: np.ndarray, C: float) -> np.ndarray:
+    """Clarabel's approximate argmin_lam (1/2) lam^T G lam - 1^T lam s.t. 0 <= lam <= C (the soft-margin dual)."""
     m = len(G)
     box = sparse.vstack([-sparse.identity(m), sparse.identity(m)]).tocsc()
     solution = _clarabel(sparse.triu(sparse.csc_matrix(G)).tocsc(), -np.ones(m), box,
                          np.concatenate([np.zeros(m), np.full(m, C)]), [clarabel.NonnegativeConeT(2 * m)],
                          "the soft-margin dual", C)
-    lam = np.clip(np.asarray(solution.x), 0.0, C)
-    return _polish_box(G, C, lam)
+    return np.clip(np.asarray(solution.x), 0.0, C)
 
 
-def _active_set(G: np.ndarray, C: float, lam: np.ndarray):
-    """The soft-margin KKT system on the active set of lam (0: lam <= 1e-7 C, C: lam >= (1 - 1e-7) C), solved
-    for every penalty at once: (low, high, p, r) with lam(C') = p + C' r, where lam_high = C', lam_low = 0 and the
-    free multipliers solve G_FF lam_F = 1 - C' G_FH 1 (margin exactly one). Where G_FF is singular (copies of a
-    constraint) these solutions are an affine set, and lam_F moves to its nearest point (a least-squares step),
-    so that a solver's multipliers inside the box stay inside."""
-    low, high = lam <= 1e-7 * C, lam >= (1 - 1e-7) * C
+def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
+    """The soft-margin dual's exact solution: `_box_start`, then polished on its active set (`_polished`)."""
+    return _polished(G, _box_start(G, C), C, lambda p, r: [C])[0]
+
+
+def _partition(G: np.ndarray, C: float, lam: np.ndarray):
+    """The active set (low, high) of approximate multipliers lam for the penalty C, by the margins G lam: low
+    (lam = 0) where the margin exceeds 1 + 1e-6, high (lam = C) where it is below 1 - 1e-6, and within 1e-6 of one
+    by the multipliers (low at lam <= 1e-7 C, high at lam >= (1 - 1e-7) C, free otherwise)."""
+    margin = G @ lam
+    tie = np.abs(margin - 1) <= 1e-6 * max(1.0, np.abs(margin).max())
+    return (margin > 1) & ~tie | tie & (lam <= 1e-7 * C), (margin < 1) & ~tie | tie & (lam >= (1 - 1e-7) * C)
+
+
+def _affine(G: np.ndarray, lam: np.ndarray, low: np.ndarray, high: np.ndarray):
+    """The soft-margin KKT system on the active set (low, high), for every penalty at once: (p, r) with
+    lam(C') = p + C' r, lam_high = C', lam_low = 0, and the free multipliers solving G_FF lam_F = 1 - C' G_FH 1
+    (margin exactly one). Where G_FF is singular (copies of a constraint) these solutions are an affine set and
+    lam_F is its point nearest to lam_F (a least-squares step); `_polished` moves any that leave the box."""
     free = ~(low | high)
     p, r = np.zeros(len(G)), high.astype(float)
     if free.any():
@@ -162,39 +172,64 @@ def _active_set(G: np.ndarray, C: float, lam: np.ndarray):
         rhs = np.stack([1.0 - G_FF @ lam[free], -G[np.ix_(free, high)].sum(1)], axis=1)
         step, r[free] = np.linalg.lstsq(G_FF, rhs, rcond=None)[0].T
         p[free] = lam[free] + step
-    return low, high, p, r
+    return p, r
 
 
-def _kkt_holds(G: np.ndarray, C: float, lam: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
-    """Whether lam meets the soft-margin KKT conditions for C on this active set, to POLISH_TOL."""
+def _violations(G: np.ndarray, C: float, lam: np.ndarray, low: np.ndarray, high: np.ndarray):
+    """The constraints that break the soft-margin KKT conditions for C on this active set (margins to POLISH_TOL):
+    (free below 0, free above C, low with margin < 1, high with margin > 1), all empty at a solution."""
     free = ~(low | high)
     margin = G @ lam
     tol = POLISH_TOL * max(1.0, np.abs(margin).max())
-    return bool(lam[free].min(initial=0.0) >= 0 and lam[free].max(initial=0.0) <= C
-                and np.abs(margin[free] - 1).max(initial=0.0) <= tol
-                and (margin[low] >= 1 - tol).all() and (margin[high] <= 1 + tol).all())
+    return free & (lam < 0), free & (lam > C), low & (margin < 1 - tol), high & (margin > 1 + tol)
 
 
-def _polish_box(G: np.ndarray, C: float, lam: np.ndarray) -> np.ndarray:
-    """Re-solve the soft-margin KKT system on the active set to machine precision (keep lam if that fails)."""
-    low, high, p, r = _active_set(G, C, lam)
-    polished = p + C * r
-    return polished if _kkt_holds(G, C, polished, low, high) else lam
+def _polished(G: np.ndarray, lam: np.ndarray, C: float, penalties):
+    """(lam, C') solving the soft-margin KKT conditions exactly for a penalty C' in penalties(p, r) (the
+    candidates on each active set lam = p + C' r), by an active-set iteration from the approximate multipliers lam
+    for C: the constraints that break the conditions move between the sets (free ones out of the box to their
+    bound, bound ones on the wrong side of the margin to the free set), at most 50 times and never back to an
+    active set already tried. Raises SolverError where it does not converge."""
+    low, high = _partition(G, C, lam)
+    seen = set()
+    for _ in range(50):
+        seen.add((low.tobytes(), high.tobytes()))
+        p, r = _affine(G, lam, low, high)
+        candidates = [Cp for Cp in penalties(p, r) if Cp > 0]
+        for Cp in candidates:
+            lam = p + Cp * r
+            below, above, under, over = _violations(G, Cp, lam, low, high)
+            if not (below.any() or above.any() or under.any() or over.any()):
+                return np.clip(lam, 0.0, Cp), Cp
+        if not candidates:
+            break
+        lam, C = p + candidates[0] * r, candidates[0]
+        below, above, under, over = _violations(G, C, lam, low, high)
+        low, high = (low | below) & ~under, (high | above) & ~over
+        lam = np.clip(lam, 0.0, C)
+        if (low.tobytes(), high.tobytes()) in seen:
+            break
+    raise SolverError("the soft-margin SVM's active-set iteration did not reach a solution that meets its KKT "
+                      "conditions: the rows are badly scaled or nearly dependent; rescale them to entries near 1 or "
+                      "choose C nearer 1")
 
 
 def _norm_objective(rows: _Rows, C: float):
     """Paper C's form min ||W||_F + C sum xi. Returns (W, lam) with W = ||W||_F A^T lam and 0 <= lam <= C.
 
-    Solved as a second-order cone program in the factor space B (B B^T = G, so ||W||_F = ||y||): variables
-    (y, s, xi), min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s; its W is accurate only to about 1e-5
-    relative. Then polished: the KKT conditions, W / ||W|| = A^T lam with 0 <= lam <= C, are those of
-    the "squared" form for C' = C N, N = ||W||, with multipliers N lam. On the active set of `_box_qp`'s solution
-    for C' = C ||W||, the multipliers are affine in C' (p + C' r, `_active_set`), so N = ||A^T (p + C N r)|| is a
-    quadratic equation in N, solved exactly (not iterated: N <- ||W_sq(C N)|| contracts only linearly); a root
-    whose multipliers pass the KKT test for C N is the solution. If the active set was wrong, the next try starts
-    from the root; after five tries (or none with a positive root), the cone solution is returned.
+    W = 0 exactly when C ||A^T 1|| <= 1 (then lam = C: every margin is 0). Otherwise N = ||W|| > 0 and the KKT
+    conditions, W / N = A^T lam with 0 <= lam <= C, are those of the "squared" form for C' = C N, with multipliers
+    N lam. A second-order cone program in the factor space B (B B^T = G, so ||W||_F = ||y||; variables (y, s, xi),
+    min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s) gives N to about 1e-5 relative, and the box QP of the
+    squared form for C N an active set. On an active set the squared form's multipliers are affine in C'
+    (p + C' r, `_affine`), so N = ||A^T (p + C N r)|| is a quadratic equation in N, solved exactly; a root whose
+    multipliers pass the KKT test for C N is the solution, and otherwise the violating constraints move between
+    the sets (`_polished`). SolverError where that iteration fails: never an unverified answer.
     """
     G = rows.gram()
+    ones = np.ones(len(G))
+    if C * np.sqrt(max(ones @ G @ ones, 0.0)) <= 1:
+        return np.zeros((rows.deltas.shape[1], rows.queries.shape[1])), np.full(len(G), C)
     B = _factor(G)
     m = len(B)
     eye, zero_m, zero_1 = sparse.identity(m, format="csc"), sparse.csc_matrix((m, m)), sparse.csc_matrix((m, 1))
@@ -210,22 +245,15 @@ def _norm_objective(rows: _Rows, C: float):
     solution = _clarabel(sparse.csc_matrix((2 * m + 1, 2 * m + 1)), q, A, b,
                          [clarabel.NonnegativeConeT(2 * m), clarabel.SecondOrderConeT(1 + m)],
                          "paper C's soft-margin SVM", C)
-    lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)  # the multipliers of B y + xi >= 1
-    norm = np.linalg.norm(np.asarray(solution.x)[:m])
-    W = norm * rows.combine(lam)
-    for _ in range(5 if norm > 0 else 0):
-        low, high, p, r = _active_set(G, C * norm, _box_qp(G, C * norm))
-        Gp, Gr = G @ p, G @ r  # N^2 = ||A^T (p + C N r)||^2: (1 - C^2 r'Gr) N^2 - 2 C p'Gr N - p'Gp = 0
+    norm = max(np.linalg.norm(np.asarray(solution.x)[:m]), 1e-300)
+
+    def penalties(p, r):  # C' = C N for the positive roots N of N^2 = ||A^T (p + C N r)||^2, largest first
+        Gp, Gr = G @ p, G @ r
         roots = np.roots([1.0 - C * C * (r @ Gr), -2.0 * C * (p @ Gr), -(p @ Gp)])
-        roots = np.sort(roots[np.isreal(roots)].real)[::-1]
-        for root in roots[roots > 0]:
-            lam_sq = p + C * root * r
-            if _kkt_holds(G, C * root, lam_sq, low, high):
-                return rows.combine(lam_sq), np.clip(lam_sq / root, 0.0, C)
-        if not (roots > 0).any():
-            break
-        norm = roots[0]
-    return W, lam
+        return C * np.sort(roots[np.isreal(roots)].real)[::-1]
+
+    lam_sq, C_sq = _polished(G, _box_start(G, C * norm), C * norm, penalties)
+    return rows.combine(lam_sq), np.clip(lam_sq * (C / C_sq), 0.0, C)
 
 
 def _grouped_slack(rows: _Rows, groups: np.ndarray, C: float, objective: str):
@@ -268,8 +296,8 @@ def _grouped_slack(rows: _Rows, groups: np.ndarray, C: float, objective: str):
 def _check_solution(rows: _Rows, W: np.ndarray, lam: np.ndarray, C, objective: str, groups) -> None:
     """Raise SolverError unless (W, lam) is optimal to GAP_TOL: the relative gap between the primal objective of W
     and the dual objective of lam (weak duality makes it >= 0; it is 0 exactly at the optimum). Paper C's form
-    (objective="norm") is only checked to beat W = 0: its cone program's multipliers certify its W loosely
-    (relative gaps up to 1e-2 at C = 1e4 on valid problems, with W accurate to 1e-5)."""
+    (objective="norm") is only checked here to beat W = 0: with one slack per constraint `_norm_objective` has
+    verified its KKT conditions; with shared slacks its cone program's multipliers certify W only loosely."""
     if not (np.isfinite(W).all() and np.isfinite(lam).all()):
         raise SolverError("the SVM solver returned a non-finite solution: the rows are badly scaled, rescale them "
                           "to entries near 1")
@@ -369,10 +397,11 @@ def soft_margin_svm(rows: ArrayLike | tuple[ArrayLike, ArrayLike], C: float | No
     (or only one of norm above ``MAX_NORM``). ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins,
     margin_c >= 1 - xi, with the objective (1/2)||w||^2 + C sum xi (``objective="squared"``, solved exactly
     through its dual, a box-constrained QP) or paper C's ||w|| + C sum xi (``"norm"``, a second-order cone
-    program); the "norm" solution for C is the "squared" one for C ||w||. ``groups``: None (one slack per
-    constraint) or one integer label per constraint, the constraints of a label sharing one slack (paper C's
-    per-token slack; a cone program, accurate to about 1e-8). ``return_multipliers``: also return lam (m,) with
-    w = A^T lam ("squared" and hard) or w = ||w|| A^T lam ("norm"), 0 <= lam <= C, or with the sum of lam over
+    program, then solved exactly on its active set); the "norm" solution for C is the "squared" one for C ||w||.
+    ``groups``: None (one slack per constraint) or one integer label per constraint, the constraints of a label
+    sharing one slack (paper C's per-token slack; a cone program, accurate to about 1e-8).
+    ``return_multipliers``: also return lam (m,) with w = A^T lam ("squared" and hard) or w = ||w|| A^T lam
+    ("norm"), 0 <= lam <= C, or with the sum of lam over
     a group at most C.
 
     The cost grows with m, not with p: every solver works with the Gram matrix of the rows. A solution short of a
