@@ -19,6 +19,7 @@ amplify round-off, as it would a change of BLAS.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import llvmlite.binding
 import numba
@@ -435,16 +436,21 @@ def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, l
     return result
 
 
+def _lanes_last(tensor: torch.Tensor, shape: tuple, *, batch: tuple, padded: int) -> np.ndarray:
+    """``tensor`` broadcast to batch + shape, as an array with the problems last, the last problem repeated up to
+    ``padded`` problems (a whole number of vectors)."""
+    size = int(np.prod(batch))
+    flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
+    return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
+
+
 def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normalized: bool, eps: float,
         record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`gd` without checks (for `train.gd`, which checked its arguments and checks the result)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size = int(np.prod(batch))
     padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
-
-    def lanes_last(tensor, shape):
-        flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
-        return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
+    lanes_last = partial(_lanes_last, batch=batch, padded=padded)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     if isinstance(head, heads.ReLU):
         V = lanes_last(head.V, head.V.shape[-2:])

@@ -24,6 +24,7 @@ to round-off, several times faster. Numba's cache keys on this file only: after 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numba
 import numpy as np
@@ -36,7 +37,7 @@ from ..data import Problem
 from ..model import (_TRAINING, LOSSES, _attention, _checked_problem, _option, _overflow, _risk,
                      _token_values)
 from . import _gradients as gradients
-from ._cpu_loop import _FAST, BLOCK, LANES, LOSS_CODES, _gradient, _row_products
+from ._cpu_loop import _FAST, BLOCK, LANES, LOSS_CODES, _gradient, _lanes_last, _row_products
 from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
                        _recorder)
 from ._initial import PARAMS, initial_parameters
@@ -186,10 +187,7 @@ def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: st
     batch, n, T, d, m = problem.batch_shape, problem.n, problem.T, problem.d, params[0].shape[-1]
     size = int(np.prod(batch))
     padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
-
-    def lanes_last(tensor, shape):
-        flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
-        return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
+    lanes_last = partial(_lanes_last, batch=batch, padded=padded)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     U, XV = lanes_last(_token_values(problem, problem.v), (n, T)), np.zeros((n, T, 0, padded))
     K0 = lanes_last(params[0], (d, m))
