@@ -4,6 +4,8 @@ cvxpy formulation, the finite part, the decomposition of the loss, and gradient 
 
 from __future__ import annotations
 
+import time
+
 import cvxpy as cp
 import networkx as nx
 import numpy as np
@@ -273,6 +275,26 @@ def test_official_problems_refuse_settings_without_cycles():
         causal.official_problems(1, n=1)
     with pytest.raises(ValueError, match="T <= K"):
         causal.official_problems(1, T=7, K=6)
+
+
+def test_official_problems_refuse_an_improbable_cycle_at_once():
+    """Before: K = 20000 with n = 6, T = 4 drew MAX_DRAWS data sets (25 s to minutes) before raising. A cycle has
+    probability at most 1.7e-7 per draw there, so the bound refuses it before drawing."""
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"n=6, T=4, K=20000 a data set has a cycle with probability at most 1\.7e-07"):
+        causal.official_problems(1, n=6, T=4, K=20000)
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("n,T,K", [(2, 2, 3), (3, 3, 8), (4, 2, 10)])
+def test_the_cycle_probability_bound_holds_on_the_generator(n, T, K):
+    """The bound official_problems refuses by is above the frequency of cycles among 2000 draws of its generator
+    (by a factor of about 2 to 3 in these settings, more than the sampling error)."""
+    from attnsvm.causal._next_token import _cycle_probability_bound, _cyclic, _draw
+
+    gen = torch.Generator().manual_seed(0)
+    frequency = np.mean([_cyclic(*_draw(gen, n, T, K, 2)) is not None for _ in range(2000)])
+    assert 0 < frequency <= _cycle_probability_bound(n, T, K)
 
 
 def test_finite_part_takes_newton_steps_below_the_losss_round_off():

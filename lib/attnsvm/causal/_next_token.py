@@ -633,6 +633,37 @@ def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
 # ------------------------------------------------------------------ the authors' random data sets
 
 MAX_DRAWS = 10_000  # data sets drawn for one official_problems entry before giving up (no cycle possible?)
+_CYCLE_ODDS = 0.01  # official_problems refuses at once where MAX_DRAWS draws find a cycle with at most this chance
+
+
+def _cycle_probability_bound(n: int, T: int, K: int) -> float:
+    """An upper bound on the probability that one draw of ``official_problems`` has a cycle. A cycle of G_q has at
+    least two nodes, so one y != q. The edge out of y comes from a sequence i ending in q and labelled y, the edge
+    into y from a sequence j ending in q, labelled otherwise, that holds y. For an ordered pair (i, j): the last
+    tokens agree with probability 1/K; then y_i, uniform on i's T tokens, is one of its T - 1 others with
+    probability (T - 1)/T, and lies among j's T - 1 others, drawn from the K - 1 tokens besides q, with
+    probability (T - 1)/(K - 1). The union over the n(n - 1) pairs gives the bound."""
+    return n * (n - 1) * (T - 1) ** 2 / (T * K * (K - 1))
+
+
+def _draw(gen: torch.Generator, n: int, T: int, K: int, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One data set (ids, labels, E) of the authors' generator, from the stream ``gen`` in their order."""
+    E = torch.randn(K, d, generator=gen, dtype=torch.float32).double()
+    E = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)  # torch.nn.functional.normalize
+    ids = torch.multinomial(torch.ones(n, K, dtype=torch.float32), T, replacement=False, generator=gen)
+    labels = torch.multinomial(torch.ones(K, dtype=torch.float32), n, replacement=True, generator=gen)
+    for i in range(n):
+        if labels[i] not in ids[i]:
+            labels[i] = ids[i, torch.randint(T, (1,), generator=gen)]
+    return ids, labels, E
+
+
+def _cyclic(ids: torch.Tensor, labels: torch.Tensor, E: torch.Tensor) -> NTPProblem | None:
+    """The data set as an NTPProblem if some priority graph has a cycle, else None."""
+    if len(set(ids[:, -1].tolist())) == len(ids):  # every query token alone: each graph is a star, no cycle
+        return None
+    problem = NTPProblem(ids, labels, E)
+    return problem if any(len(c) > 1 for parts in priority_components(problem).values() for c in parts) else None
 
 
 def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int = 8,
@@ -643,7 +674,9 @@ def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int 
     float64 normalization), n sequences of T distinct tokens, one label per sequence (uniform, redrawn from the
     sequence when it does not occur there), redrawing the whole set until some priority graph has a cycle; then
     torch.nn.Linear(d, d)'s default W (float32, as float64) and a second one their code builds and zeroes. Needs
-    n >= 2 and 2 <= T <= K. Returns ``count`` pairs (problem, W0).
+    n >= 2 and 2 <= T <= K, and refuses at once (ValueError) settings where a cycle is so improbable that
+    ``MAX_DRAWS`` draws would find one with probability at most 1% (by a union bound on the pairs of
+    sequences with the same last token). Returns ``count`` pairs (problem, W0).
 
     Examples
     --------
@@ -658,22 +691,18 @@ def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int 
         raise ValueError(f"official_problems needs n >= 2 and 2 <= T <= K (sequences of T distinct tokens of K; a "
                          f"cycle needs two sequences and two tokens), got n={n}, T={T}, K={K}")
     memory(float(count) * (n * T + K * d + 2 * d * d), "count, n, T, K and d")
+    chance = _cycle_probability_bound(n, T, K)
+    if MAX_DRAWS * chance <= _CYCLE_ODDS:
+        raise ValueError(f"official_problems: with n={n}, T={T}, K={K} a data set has a cycle with probability at most "
+                         f"{chance:.1e}, so the {MAX_DRAWS} draws allowed would find one with probability at most "
+                         f"{MAX_DRAWS * chance:.1e}: use more sequences n or fewer tokens K")
     gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / np.sqrt(d)  # torch.nn.Linear's kaiming_uniform_(a=sqrt(5)): 1/sqrt(fan_in)
     pairs = []
     for _ in range(count):
         for _ in range(MAX_DRAWS):
-            E = torch.randn(K, d, generator=gen, dtype=torch.float32).double()
-            E = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)  # torch.nn.functional.normalize
-            ids = torch.multinomial(torch.ones(n, K, dtype=torch.float32), T, replacement=False, generator=gen)
-            labels = torch.multinomial(torch.ones(K, dtype=torch.float32), n, replacement=True, generator=gen)
-            for i in range(n):
-                if labels[i] not in ids[i]:
-                    labels[i] = ids[i, torch.randint(T, (1,), generator=gen)]
-            if len(set(ids[:, -1].tolist())) == n:  # every query token alone: each graph is a star, no cycle
-                continue
-            problem = NTPProblem(ids, labels, E)
-            if any(len(c) > 1 for parts in priority_components(problem).values() for c in parts):
+            problem = _cyclic(*_draw(gen, n, T, K, d))
+            if problem is not None:
                 break
         else:
             raise ValueError(f"official_problems: no data set with a cycle in {MAX_DRAWS} draws (n={n}, T={T}, "
