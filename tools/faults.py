@@ -13,8 +13,10 @@ file and puts an import hook in front of `import attnsvm`: right after the packa
 `install(name)` rebinds the faulty function everywhere it is bound (a module that did `from .x import f` holds
 its own reference). Faults in the gradient also replace the compiled Numba loop (`compiled.gd`, which computes
 the gradient itself) by the torch loop of `train.gd`, so that every gradient descent run goes through the
-faulty Python code. Each process the fault reaches appends a line to the file ATTNSVM_FAULT_MARK, and a run in
-which the fault was never installed is reported as an error, not as "not caught".
+faulty Python code. A fault inside a compiled loop is planted in its source instead (`recompile`): the function
+and its compiled callers are compiled anew, without Numba's disk cache, so no stale cache is left behind. Each
+process the fault reaches appends a line to the file ATTNSVM_FAULT_MARK, and a run in which the fault was never
+installed is reported as an error, not as "not caught".
 
 The torch loop is not batch-invariant to the last bit (the compiled loop is), so a chapter that re-runs a subset
 of a batch and asserts identical iterates can fail under the torch loop alone. A fault that needs the torch loop
@@ -115,6 +117,33 @@ def patch(module, name: str, make):
     original = getattr(module, name)
     rebind(original, make(original))
     return original
+
+
+def recompile(module, name: str, old: str, new: str, callers: tuple = ()) -> None:
+    """Plant a fault in the compiled (Numba) function module.name: its source with `old` (found exactly once)
+    replaced by `new`, compiled anew; then each compiled function in `callers` (innermost first) compiled anew
+    from its own source, since a compiled function binds its callees when it compiles and its cached machine code
+    holds the original. None of them uses Numba's disk cache: the fault leaves nothing in __pycache__."""
+    import inspect
+    import linecache
+
+    import numba
+    original = getattr(module, name)
+    source = inspect.getsource(original.py_func)
+    if source.count(old) != 1:
+        raise RuntimeError(f"{old!r} occurs {source.count(old)} times in {module.__name__}.{name}, not once")
+    source = source[re.search(r"^def ", source, re.M).start():].replace(old, new)  # without its decorator
+    filename = f"<fault {old!r} -> {new!r} in {module.__name__}.{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for a later fault
+    namespace = dict(vars(module))
+    exec(compile(source, filename, "exec"), namespace)
+
+    def jit(function, options):
+        return numba.njit(**{k: v for k, v in options.items() if k != "nopython"})(function)
+    rebind(original, jit(namespace[name], original.targetoptions))
+    for caller in callers:
+        compiled = getattr(module, caller)  # its source reads module.name, now the faulty function
+        rebind(compiled, jit(compiled.py_func, compiled.targetoptions))
 
 
 def torch_loop_only() -> None:
@@ -579,6 +608,25 @@ def mirror_dual_exponent():
     from attnsvm.train import _mirror as mirror
     torch_loop_only()
     patch(mirror, "_mirror_step", lambda original: lambda p, q, eps: original(p, p / (p + 1.0), eps))
+
+
+@fault("08_mirror_descent",
+       "tests/lib/test_mirror.py::test_one_compiled_step_deep_in_saturation_is_the_torch_loops")
+def compiled_dual_exponent():
+    """The compiled mirror-descent engine (`_update`, the step the chapters run) takes the dual exponent
+    q = p / (p + 1) instead of p / (p - 1) (a sign slip): it normalizes the step in the wrong (quasi-)norm."""
+    from attnsvm.train import _mirror as mirror
+    recompile(mirror, "_update", "q = p / (p - 1.0)", "q = p / (p + 1.0)", callers=("_run",))
+
+
+@fault("08_mirror_descent",
+       "tests/lib/test_mirror.py::test_one_compiled_step_deep_in_saturation_is_the_torch_loops")
+def compiled_inverse_map():
+    """The compiled mirror-descent engine maps the dual variable back with the mirror map's exponent instead of
+    its inverse's: w = sign(theta) |theta|^(p - 1), not |theta|^(1/(p - 1)) (the same for p = 2 only)."""
+    from attnsvm.train import _mirror as mirror
+    recompile(mirror, "_update", "_signed_powers(theta, w, 1.0 / (p - 1.0))", "_signed_powers(theta, w, p - 1.0)",
+              callers=("_run",))
 
 
 @fault("08_mirror_descent")

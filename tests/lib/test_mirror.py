@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import data, train
+from attnsvm import data, model, svm, theory, train
 
 # the benchmarks' straightforward reference, under its own name (tests/lib has a `reference` module of its own)
 _SPEC = importlib.util.spec_from_file_location(
@@ -146,6 +146,40 @@ def test_the_compiled_loop_takes_the_torch_loops_steps(p, param):
         assert float(train.loss_gradient(problems[0], runs[1].W[-1, 0]).norm()) < EPS  # saturated
     for name in ("W", "probs", "loss") + (("K", "Q") if param == "KQ" else ()):
         torch.testing.assert_close(getattr(runs[0], name), getattr(runs[1], name), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("R", [35.0, 800.0])
+@pytest.mark.parametrize("p", [1.75, 2.0, 3.0])
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_one_compiled_step_deep_in_saturation_is_the_torch_loops(R, p, param):
+    """From W0 = R W^mm (the other tokens' attention below e^-33 for R = 35; for R = 800 below e^-798, where the
+    true gradient underflows to 0), or from (K0, Q0) = (U S^1/2, V S^1/2) of its SVD, one step of each engine, with
+    lr half the smallest dual norm ||theta_0||_q so that the step changes W by a fraction of its size. Tolerance,
+    relative to the largest entry: the step follows the logits through e^(logit differences), and each logit is
+    known only to its round-off, about eps |logit|, so the two engines' steps may differ by a relative
+    eps max|logit| (the mirror maps add a few ulps); 4 eps max|logit| (8e-14 at R = 35, 2e-12 at R = 800) is four
+    times that and over 13 times the largest difference seen, while a wrong step (the faults `compiled_*` of
+    tools/faults.py) is off by a relative O(1)."""
+    problems = _problem(seed=18, batch=2)
+    alpha = theory.optimal_tokens(problems)
+    W0 = R * torch.as_tensor(svm.att_svm(problems, alpha))
+    logits = model.logits(problems, W0)
+    others = logits.masked_fill(torch.nn.functional.one_hot(alpha, 4).bool(), -torch.inf)
+    assert float((others.logsumexp(-1) - logits.gather(-1, alpha[..., None])[..., 0]).max()) < -R + 2  # 1 - top prob
+    if R == 800:
+        assert float(train.loss_gradient(problems, W0).norm()) == 0.0  # the true gradient underflows
+    U, S, Vh = torch.linalg.svd(W0)
+    init = W0 if param == "W" else (U * S.sqrt()[..., None, :], Vh.transpose(-2, -1) * S.sqrt()[..., None, :])
+    duals = [torch.sign(w) * w.abs() ** (p - 1) for w in ((init,) if param == "W" else init)]
+    lr = 0.5 * min(float(train.dual_norm(theta, p / (p - 1)).min()) for theta in duals)
+    runs = [train.mirror_descent(problems, p=p, steps=1, lr=lr, param=param, init=init, engine=engine)
+            for engine in ("compiled", "torch")]
+    tol = 4 * torch.finfo(torch.float64).eps * float(logits.abs().max())
+    for name in ("W",) + (("K", "Q") if param == "KQ" else ()):
+        compiled, torch_loop = getattr(runs[0], name), getattr(runs[1], name)
+        largest = torch_loop[1].abs().amax((-2, -1))
+        assert ((torch_loop[1] - torch_loop[0]).abs().amax((-2, -1)) > 0.1 * largest).all()  # the step is not tiny
+        assert ((compiled[1] - torch_loop[1]).abs().amax((-2, -1)) <= tol * largest).all()
 
 
 @pytest.mark.parametrize("param", ["W", "KQ"])
