@@ -5,10 +5,11 @@ The first paragraph of each `{prf:theorem}`, `{prf:proposition}`, `{prf:lemma}`,
 
     *Source: <paper and place, or "this book">. Status: <status>.*
 
-with one of the statuses below ("open": a conjecture of the book's own that no source states). "proved below" must be followed by a `{prf:proof}`, "proof sketch below" by a
+with one of the statuses below. "proved below" must be followed by a `{prf:proof}`, "proof sketch below" by a
 `{prf:proof}` that opens with "*Sketch", and the other statuses say that the book does not prove the statement
-(it is checked numerically, taken on trust, or refuted). The test prints how many statements of each status
-every chapter has.
+(it is checked numerically, taken on trust, refuted, or "open": a conjecture proved neither by the book nor by a
+source it cites, whether the book's own or one that a source proposes). The test prints how many statements of
+each status every chapter has.
 """
 
 import re
