@@ -695,7 +695,8 @@ def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int 
     if MAX_DRAWS * chance <= _CYCLE_ODDS:
         raise ValueError(f"official_problems: with n={n}, T={T}, K={K} a data set has a cycle with probability at most "
                          f"{chance:.1e}, so the {MAX_DRAWS} draws allowed would find one with probability at most "
-                         f"{MAX_DRAWS * chance:.1e}: use more sequences n or fewer tokens K")
+                         f"{MAX_DRAWS * chance:.1e}: use more sequences n, more tokens per sequence T (T <= K) "
+                         f"or fewer tokens K")
     gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / np.sqrt(d)  # torch.nn.Linear's kaiming_uniform_(a=sqrt(5)): 1/sqrt(fan_in)
     pairs = []
@@ -706,7 +707,7 @@ def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int 
                 break
         else:
             raise ValueError(f"official_problems: no data set with a cycle in {MAX_DRAWS} draws (n={n}, T={T}, "
-                             f"K={K}): use more sequences n or fewer tokens K")
+                             f"K={K}): use more sequences n, more tokens per sequence T (T <= K) or fewer tokens K")
         W0 = torch.empty(d, d, dtype=torch.float32).uniform_(-bound, bound, generator=gen).double()
         torch.empty(d, d, dtype=torch.float32).uniform_(-bound, bound, generator=gen)  # their W_fin model's, zeroed
         pairs.append((problem, W0))
