@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import attnsvm  # noqa: F401  (first: the CPU code paths)
-from attnsvm import causal, data, heads, model, svm, tensor, theory, train
+from attnsvm import causal, data, heads, linear, model, svm, tensor, theory, train
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book_src" / "notation.md"
@@ -859,6 +859,107 @@ def _():
 def _():
     problem, W, alpha = small(), random_W(), [1, 2, 3]
     assert abs(model.min_margin(problem, W, alpha) - constraint_margins(problem, W, alpha).min()) < TOL
+
+
+# ------------------------------------------------------------------ the prelude (linear classifiers)
+
+def linear_data(n: int = 6, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    return linear.separable(n, d, seed=seed)
+
+
+@check("`linear.separable`")
+def _():
+    X, y = linear_data()
+    assert X.shape == (6, 3) and y.shape == (6,) and set(y.tolist()) <= {-1.0, 1.0}
+    assert abs(np.linalg.norm(X, axis=1).max() - 1) < TOL  # R = max_i ||x_i||, scaled to one
+
+
+@check("`linear.margins`")
+def _():
+    X, y = linear_data()
+    w = np.array([0.3, -1.2, 2.0])
+    assert close(linear.margins(X, y, w), [y[i] * X[i] @ w for i in range(len(y))])
+
+
+@check("`linear.normalized_margin`")
+def _():
+    X, y = linear_data()
+    w = np.array([0.3, -1.2, 2.0])
+    assert close(linear.normalized_margin(X, y, w), min(y[i] * X[i] @ w for i in range(len(y))) / np.linalg.norm(w))
+
+
+@check("`linear.svm`")
+def _():
+    import cvxpy as cp
+    X, y = linear_data()
+    sol = linear.svm(X, y)
+    m = y * (X @ sol.w)
+    assert m.min() > 1 - 1e-9 and close(sol.w, (sol.alpha * y) @ X) and (sol.alpha >= 0).all()
+    assert (sol.support == (np.abs(m - 1) <= 1e-9)).all() and close(sol.margin, 1 / np.linalg.norm(sol.w))
+    w = cp.Variable(3)
+    value = cp.Problem(cp.Minimize(cp.norm(w)), [cp.multiply(y, X @ w) >= 1]).solve(solver="CLARABEL")
+    assert is_optimal(float(np.linalg.norm(sol.w)), value)
+
+
+@check("`linear.log_loss`")
+def _():
+    X, y = linear_data()
+    w = np.array([0.3, -1.2, 2.0])
+    m = y * (X @ w)
+    assert close(np.exp(linear.log_loss(X, y, w)), np.exp(-m).mean())
+    assert close(np.exp(linear.log_loss(X, y, w, loss="logistic")), np.log1p(np.exp(-m)).mean())
+
+
+@check("`linear.weights`")
+def _():
+    X, y = linear_data()
+    w = np.array([0.3, -1.2, 2.0])
+    q = linear.weights(X, y, w, loss="logistic")
+    grad = linear.gradient(X, y, w, loss="logistic")
+    direction = (q * y) @ X
+    assert close(q.sum(), 1.0) and (q > 0).all()
+    assert close(-grad / np.linalg.norm(grad), direction / np.linalg.norm(direction))
+
+
+@check("`linear.smoothness`")
+def _():
+    X, y = linear_data()
+    w0 = np.array([0.1, 0.2, -0.1])
+    beta = float(linear.smoothness(X, y, w0))
+    assert close(beta, np.linalg.norm(X, axis=1).max() ** 2 * np.exp(-y * (X @ w0)).mean())
+    for w in (w0, 0.5 * w0):  # points of the sublevel set {L <= L(w0)}: the Hessian is below beta_0
+        assert np.linalg.eigvalsh(linear.hessian(X, y, w)).max() <= beta
+
+
+@check("`linear.gd(X, y, lr=eta, steps=...).w[j]`")
+def _():
+    X, y = linear_data()
+    eta = 0.5
+    run = linear.gd(X, y, lr=eta, steps=6, record_every=3)
+    w = np.zeros(3)
+    for t in range(7):
+        if t in run.steps.tolist():
+            assert close(run.w[run.steps.tolist().index(t)], w)
+        w = w - eta * linear.gradient(X, y, w)
+    assert run.steps.tolist() == [0, 3, 6]
+
+
+@check("`linear.offset`")
+def _():
+    X, y = linear_data()
+    sol, c = linear.svm(X, y), 0.25
+    w_tilde = linear.offset(X, y, c)
+    S = np.flatnonzero(sol.support)
+    alpha = c * np.exp(-linear.margins(X, y, w_tilde)[S])  # (H): m_i(w_tilde) = log(c / alpha_i) on S
+    assert close(alpha @ (y[S, None] * X[S]), sol.w, 1e-9) and (alpha > 0).all()
+    assert close(w_tilde, np.linalg.pinv(y[S, None] * X[S]) @ (y[S] * (X[S] @ w_tilde)), 1e-9)  # least norm
+
+
+@check("`linear.residual`")
+def _():
+    X, y = linear_data()
+    w, t = np.array([[0.3, -1.2, 2.0], [1.0, 0.0, 1.0]]), np.array([1.0, 20.0])
+    assert close(linear.residual(X, y, w, t), w - np.log(t)[:, None] * linear.svm(X, y).w)
 
 
 # ------------------------------------------------------------------ the tests

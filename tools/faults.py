@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ("00_introduction", "01_preliminaries", "02_regularization_path", "03_global_convergence",
+CHAPTERS = ("00_introduction", "prelude", "01_preliminaries", "02_regularization_path", "03_global_convergence",
             "04_local_convergence", "05_nonlinear_heads", "06_causal_attention", "07_tensor_lipschitz",
             "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
 CLEAR_ERRORS = {"AssertionError", "ValueError", "InfeasibleSVM", "SolverError", "FloatingPointError"}
@@ -774,6 +774,25 @@ def spectral_svm_nuclear():
             return w / spectral._accepted((matrix @ w).min(), f"{solver} returned a spectral Att-SVM solution")
         return solve
     patch(spectral, "_solver", lambda original: solver)
+
+
+@fault("prelude", "tests/lib/test_linear.py::test_svm_kkt_and_independent_solver")
+def linear_svm_half_multipliers():
+    """The linear SVM returns its dual multipliers halved (a factor 1/2 from the dual's 1/2 ||w||^2 applied
+    twice): w_hat and the support are right, but w_hat = sum_i alpha_i y_i x_i fails."""
+    import dataclasses
+
+    from attnsvm import linear
+    patch(linear, "svm", lambda original: lambda *args, **kwargs: dataclasses.replace(
+        original(*args, **kwargs), alpha=original(*args, **kwargs).alpha / 2))
+
+
+@fault("prelude", "tests/lib/test_linear.py::test_offset_and_residual")
+def linear_offset_sign():
+    """Hypothesis (H)'s offset solves m_i(w) = log(alpha_i / c) instead of log(c / alpha_i) on the support
+    vectors: the offset with the wrong sign."""
+    from attnsvm import linear
+    patch(linear, "offset", lambda original: lambda *args, **kwargs: -original(*args, **kwargs))
 
 
 # ================================================================== installing a fault in a process

@@ -1,6 +1,7 @@
 """attnsvm: attention as max-margin token selection.
 
-Modules: `data` (problem instances), `model` (the attention model and losses), `heads` (linear, ReLU and lambda
+Modules: `linear` (the prelude's linear classifiers: hard-margin SVM, gradient descent on separable data),
+`data` (problem instances), `model` (the attention model and losses), `heads` (linear, ReLU and lambda
 heads), `theory` (token scores, optimal and locally-optimal tokens, margins, support tokens, correlation,
 convergence classes), `svm` (the Att-SVM solvers), `train` (gradient descent, its gradients and
 initializations, the regularization path), `causal` (every token a query: causal attention, the synthetic
@@ -17,12 +18,12 @@ from . import codepaths  # noqa: I001 (first: it sets the code paths before nump
 from importlib import import_module as _import_module
 from importlib.metadata import version as _version
 
-from . import causal, data, experiments, heads, model, svm, tensor, theory, train
+from . import causal, data, experiments, heads, linear, model, svm, tensor, theory, train
 from ._session import environment, setup
 from .svm import InfeasibleSVM, SolverError
 
 __version__ = _version("attnsvm")
-__all__ = ["book", "causal", "codepaths", "data", "experiments", "heads", "model", "svm", "tensor", "theory",
+__all__ = ["book", "causal", "codepaths", "data", "experiments", "heads", "linear", "model", "svm", "tensor", "theory",
            "train", "setup", "environment", "InfeasibleSVM", "SolverError", "__version__"]
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import attnsvm
 
 # The public namespaces of the science: the book's helpers (attnsvm.book) and codepaths are not science.
-SCIENCE = ("causal", "data", "experiments.relu_head", "experiments.svm_rank", "heads", "model", "svm", "tensor",
-           "theory", "train")
+SCIENCE = ("causal", "data", "experiments.relu_head", "experiments.svm_rank", "heads", "linear", "model", "svm",
+           "tensor", "theory", "train")
 HERE = Path(__file__).parent
 
 

@@ -1,0 +1,580 @@
+"""Linear classifiers on separable data, the prelude's science: the hard-margin SVM and gradient descent on the
+exponential and logistic losses, with the quantities its proofs are about.
+
+With margins m_i(w) = y_i x_i^T w and the empirical loss L(w) = (1/n) sum_i l(m_i(w)), l(m) = exp(-m)
+("exponential") or log(1 + exp(-m)) ("logistic"): ``svm`` solves min ||w|| s.t. every m_i(w) >= 1 (w_hat, its
+dual multipliers alpha and support vectors); ``gd`` runs gradient descent, plain or normalized (step
+-lr grad L / ||grad L||), exact however small the loss gets (its weights and log-loss are computed in log space);
+``smoothness`` is the step bound of the prelude's descent lemma; ``offset`` and ``residual`` are the finite part
+w_tilde and the residual rho(t) = w(t) - w_hat log t of the implicit-bias theorem. Arrays are numpy float64; X is
+(..., n, d), y (..., n) with entries +-1, a weight vector w (..., d); functions broadcast over leading dimensions.
+
+Examples
+--------
+>>> from attnsvm import linear
+>>> X, y = linear.separable(6, 2, seed=0)
+>>> sol = linear.svm(X, y)
+>>> run = linear.gd(X, y, lr=1.0, steps=1000, record_every=1000)
+>>> bool(linear.normalized_margin(X, y, run.w[-1]) <= sol.margin + 1e-12)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ._checks import (as_tensor, boolean, budget, finite_result, memory, option, positive_float, positive_int,
+                      seed as checked_seed)
+from .model import MAX_RECORDS, MAX_STEPS
+from .svm import MAX_NORM, InfeasibleSVM, SolverError, soft_margin_svm
+
+__all__ = ["SVM", "Run", "separable", "svm", "margins", "normalized_margin", "log_loss", "gradient", "hessian",
+           "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "SUPPORT_TOL"]
+
+LOSSES = ("exponential", "logistic")
+SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
+SUPPORT_TOL = 1e-9  # a point with |m_i(w_hat) - 1| <= SUPPORT_TOL is a support vector (margins are exact to ~1e-15)
+
+
+@dataclass(frozen=True)
+class SVM:
+    """The hard-margin SVM of separable data: ``w`` (..., d) the solution w_hat, ``alpha`` (..., n) dual
+    multipliers (w_hat = sum_i alpha_i y_i x_i, alpha >= 0, zero off the support), ``support`` (..., n) the points
+    on the margin, m_i(w_hat) = 1 (a support vector may have alpha_i = 0), ``margin`` (...) gamma = 1 / ||w_hat||.
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> sol = linear.svm([[1.0, 0.0], [1.0, 1.0]], [1.0, 1.0])  # both points on the margin, one with alpha = 0
+    >>> sol.w.round(12).tolist(), sol.alpha.round(12).tolist(), sol.support.tolist(), round(float(sol.margin), 12)
+    ([1.0, 0.0], [1.0, 0.0], [True, True], 1.0)
+    """
+
+    w: np.ndarray
+    alpha: np.ndarray
+    support: np.ndarray
+    margin: np.ndarray
+
+
+@dataclass(frozen=True)
+class Run:
+    """Iterates of ``gd`` recorded at ``steps`` (records,): ``w`` (records, ..., d) and ``log_loss``
+    (records, ...), the logarithm of L(w(t)), exact where L underflows.
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> X, y = linear.separable(4, 2, seed=0)
+    >>> run = linear.gd(X, y, lr=0.5, steps=10, record_every=5)
+    >>> run.steps.tolist(), run.w.shape, run.log_loss.shape
+    ([0, 5, 10], (3, 2), (3,))
+    """
+
+    steps: np.ndarray
+    w: np.ndarray
+    log_loss: np.ndarray
+
+
+# ------------------------------------------------------------------ arguments
+
+def _data(X, y) -> tuple[np.ndarray, np.ndarray]:
+    """X (..., n, d) and y (..., n) validated: finite, n, d >= 1, labels exactly +-1, matching shapes."""
+    X = as_tensor(X, "X").detach().numpy()
+    if X.ndim < 2 or 0 in X.shape[-2:]:
+        raise ValueError(f"X must have shape (..., n, d) with n >= 1 points in R^d, d >= 1, got {X.shape}")
+    y = as_tensor(y, "y").detach().numpy()
+    if y.shape != X.shape[:-1]:
+        raise ValueError(f"y must have shape {X.shape[:-1]} (one label per row of X), got {y.shape}")
+    if not np.isin(y, (-1.0, 1.0)).all():
+        raise ValueError("y must hold labels -1 or +1 only (for labels in {0, 1} pass y = 2 * labels - 1)")
+    return X, y
+
+
+def _signed(X, y) -> np.ndarray:
+    """The points y_i x_i (..., n, d) of validated data."""
+    return y[..., None] * X
+
+
+def _vector(w, name: str, d: int) -> np.ndarray:
+    """A weight vector (..., d)."""
+    w = as_tensor(w, name).detach().numpy()
+    if w.ndim < 1 or w.shape[-1] != d:
+        raise ValueError(f"{name} must have shape (..., {d}) (weight vectors in R^{d}, the space of the rows of X), "
+                         f"got {w.shape}")
+    return w
+
+
+def _norm(w: np.ndarray) -> np.ndarray:
+    """||w|| over the last axis, without overflow or underflow of the squares."""
+    scale = np.abs(w).max(-1, keepdims=True)
+    return scale[..., 0] * np.linalg.norm(w / np.where(scale > 0, scale, 1.0), axis=-1)
+
+
+def _loss(loss) -> bool:
+    """Whether the checked loss name is the logistic loss."""
+    return option(loss, "loss", LOSSES) == "logistic"
+
+
+# ------------------------------------------------------------------ log-space pieces of the losses (one kernel each,
+# shared by the numpy functions and the compiled loop)
+
+@numba.njit(cache=True)
+def _log_slopes(m, logistic, out):
+    """out[k] = log(-l'(m[k])): -m, or -log(1 + e^m) for the logistic loss."""
+    for k in range(m.size):
+        out[k] = -(max(m[k], 0.0) + np.log1p(np.exp(-abs(m[k])))) if logistic else -m[k]
+
+
+@numba.njit(cache=True)
+def _log_values(m, logistic, out):
+    """out[k] = log l(m[k]), exact where l underflows: -m, or log log(1 + e^-m) for the logistic loss."""
+    for k in range(m.size):
+        if not logistic:
+            out[k] = -m[k]
+        elif m[k] > 0:
+            x = np.exp(-m[k])
+            out[k] = -m[k] if x == 0.0 else -m[k] + np.log(np.log1p(x) / x)
+        else:
+            out[k] = np.log(-m[k] + np.log1p(np.exp(m[k])))
+
+
+def _apply(kernel, m: np.ndarray, logistic: bool) -> np.ndarray:
+    """A log-space kernel applied to an array of margins."""
+    flat = np.ascontiguousarray(m, dtype=np.float64).ravel()
+    out = np.empty_like(flat)
+    kernel(flat, logistic, out)
+    return out.reshape(np.shape(m))
+
+
+def _logsumexp(a: np.ndarray) -> np.ndarray:
+    top = a.max(-1, keepdims=True)
+    return (top + np.log(np.exp(a - top).sum(-1, keepdims=True)))[..., 0]
+
+
+# ------------------------------------------------------------------ data, SVM, margins
+
+def separable(n: int, d: int, *, seed: int, gap: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """A random linearly separable dataset (X (n, d), y (n,)): Gaussian points labelled by a random unit teacher
+    u, y_i = sign(u^T x_i) (+1 on the hyperplane), each pushed ``gap`` further along y_i u, then all scaled by
+    one factor so that max_i ||x_i|| = 1. So every point has y_i u^T x_i >= gap / scale > 0: the data are separable
+    through the origin.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import linear
+    >>> X, y = linear.separable(5, 3, seed=1)
+    >>> X.shape, float(np.linalg.norm(X, axis=1).max()), sorted(set(y.tolist())) == [-1.0, 1.0]
+    ((5, 3), 1.0, True)
+    """
+    n, d, gap = positive_int(n, "n"), positive_int(d, "d"), positive_float(gap, "gap")
+    memory(n * d, "n, d")
+    rng = np.random.default_rng(checked_seed(seed))
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    X = rng.standard_normal((n, d))
+    y = np.where(X @ u >= 0, 1.0, -1.0)
+    X += gap * y[:, None] * u
+    return X / np.linalg.norm(X, axis=1).max(), y
+
+
+def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
+    """The hard-margin SVM min ||w|| s.t. y_i x_i^T w >= 1 for every i, for each problem of a batch.
+
+    ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
+    to machine precision) or "clarabel" (an interior-point method through cvxpy, independent of it, accurate to
+    about 1e-8). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the
+    origin. ``support`` marks the points with |m_i(w_hat) - 1| <= ``SUPPORT_TOL``.
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> sol = linear.svm([[2.0, 0.0], [0.0, 1.0]], [1.0, -1.0])  # 2 w_1 >= 1 and -w_2 >= 1
+    >>> sol.w.round(12).tolist(), sol.alpha.round(12).tolist()
+    ([0.5, -1.0], [0.25, 1.0])
+    """
+    X, y = _data(X, y)
+    solver = option(solver, "solver", ("nnls", "clarabel"))
+    Z = _signed(X, y)
+    batch, (n, d) = Z.shape[:-2], Z.shape[-2:]
+    w, alpha = np.empty(batch + (d,)), np.empty(batch + (n,))
+    for b in np.ndindex(batch):
+        radius = _norm(Z[b]).max()
+        if radius == 0:
+            raise InfeasibleSVM(f"X{f'[{b}]' if b else ''} is all zeros: no w separates it", [b])
+        e = int(np.round(np.log2(radius)))  # scaling by 2^-e is exact
+        try:
+            rows = np.ldexp(Z[b], -e)
+            w_b, alpha_b = soft_margin_svm(rows, return_multipliers=True) if solver == "nnls" else _clarabel(rows)
+        except InfeasibleSVM:
+            where = f" (problem {b} of the batch)" if b else ""
+            raise InfeasibleSVM(f"X, y are not linearly separable through the origin{where}: no w has "
+                                f"y_i x_i^T w > 0 for every i (or only with a margin below "
+                                f"{1 / MAX_NORM:.0e} max_i ||x_i||), so the hard-margin SVM does not exist",
+                                [b]) from None
+        with np.errstate(over="ignore", under="ignore"):
+            w[b], alpha[b] = np.ldexp(w_b, -e), np.ldexp(alpha_b, -2 * e)
+    finite_result(alpha, "the dual multipliers alpha", "X is too small for float64 to hold them (rescale X)")
+    support = np.abs(margins(X, y, w) - 1) <= SUPPORT_TOL
+    return SVM(w=w, alpha=alpha, support=support, margin=1 / _norm(w))
+
+
+def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w, alpha) of min (1/2)||w||^2 s.t. rows w >= 1 by Clarabel through cvxpy; InfeasibleSVM if none exists."""
+    import cvxpy as cp  # here: importing it takes a second that only this solver needs
+
+    w = cp.Variable(rows.shape[1])
+    margin = rows @ w >= 1
+    problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), [margin])
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        raise InfeasibleSVM("infeasible", [0])
+    if problem.status != cp.OPTIMAL:
+        raise SolverError(f"clarabel stopped with status {problem.status!r} on the hard-margin SVM of X, y; "
+                          "try solver='nnls'")
+    return w.value, np.maximum(margin.dual_value, 0.0)
+
+
+def margins(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
+    """The margins m_i(w) = y_i x_i^T w, shape (..., n) (w (..., d) broadcast against the data's batch).
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> linear.margins([[1.0, 2.0], [3.0, 0.0]], [1.0, -1.0], [1.0, 1.0]).tolist()
+    [3.0, -3.0]
+    """
+    X, y = _data(X, y)
+    w = _vector(w, "w", X.shape[-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = (_signed(X, y) * w[..., None, :]).sum(-1)
+    return finite_result(m, "the margins y_i x_i^T w", "w (or X) is too large")
+
+
+def normalized_margin(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
+    """gamma(w) = min_i y_i x_i^T w / ||w||, shape (...); at most the SVM's margin 1 / ||w_hat|| for every w != 0.
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> float(linear.normalized_margin([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0], [3.0, 4.0]))
+    0.6
+    """
+    X, y = _data(X, y)
+    w = _vector(w, "w", X.shape[-1])
+    norm = _norm(w)
+    if (norm == 0).any():
+        raise ValueError("w has a zero vector: the normalized margin min_i m_i(w) / ||w|| needs w != 0")
+    m = margins(X, y, w)
+    return m.min(-1) / norm
+
+
+def log_loss(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
+    """log L(w), L(w) = (1/n) sum_i l(y_i x_i^T w), shape (...): exact in log space, also where L underflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import linear
+    >>> float(linear.log_loss([[1.0]], [1.0], [2000.0]))  # L = e^-2000 underflows; its log does not
+    -2000.0
+    >>> bool(np.isclose(linear.log_loss([[1.0]], [1.0], [0.0], loss="logistic"), np.log(np.log(2))))
+    True
+    """
+    logistic = _loss(loss)
+    m = margins(X, y, w)
+    return _logsumexp(_apply(_log_values, m, logistic)) - np.log(m.shape[-1])
+
+
+def gradient(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
+    """grad L(w) = (1/n) sum_i l'(m_i(w)) y_i x_i, shape (..., d), its scale taken out in log space (so it
+    underflows only where the true gradient is below the smallest float64).
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> linear.gradient([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0], [0.0, 0.0]).tolist()
+    [-0.5, -0.5]
+    """
+    logistic = _loss(loss)
+    X, y = _data(X, y)
+    a = _apply(_log_slopes, margins(X, y, w), logistic)
+    top = a.max(-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = -np.exp(top) * (np.exp(a - top)[..., None] * _signed(X, y)).sum(-2) / X.shape[-2]
+    return finite_result(g, "the gradient", "the loss at w is too large (w far on the wrong side): a smaller w")
+
+
+def hessian(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
+    """The Hessian (1/n) sum_i l''(m_i(w)) x_i x_i^T of L, shape (..., d, d).
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> linear.hessian([[1.0, 0.0], [0.0, 2.0]], [1.0, -1.0], [0.0, 0.0]).tolist()
+    [[0.5, 0.0], [0.0, 2.0]]
+    """
+    logistic = _loss(loss)
+    X, y = _data(X, y)
+    m = margins(X, y, w)
+    with np.errstate(over="ignore", invalid="ignore"):
+        curvature = np.exp(-m - 2 * np.logaddexp(0.0, -m)) if logistic else np.exp(-m)  # sigma(m) sigma(-m), e^-m
+        H = np.einsum("...n,...ni,...nj->...ij", curvature, X, X) / X.shape[-2]
+    return finite_result(H, "the Hessian", "the loss at w is too large (w far on the wrong side): a smaller w")
+
+
+def weights(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
+    """The gradient's weights q_i = l'(m_i) / sum_j l'(m_j) (..., n), summing to one: -grad L(w) is a positive
+    multiple of sum_i q_i y_i x_i. Exact in log space however small the loss is.
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> linear.weights([[1.0], [2.0]], [1.0, 1.0], [1000.0]).round(12).tolist()  # e^-1000 : e^-2000
+    [1.0, 0.0]
+    """
+    a = _apply(_log_slopes, margins(X, y, w), _loss(loss))
+    q = np.exp(a - a.max(-1, keepdims=True))
+    return q / q.sum(-1, keepdims=True)
+
+
+def smoothness(X: ArrayLike, y: ArrayLike, w0: ArrayLike | None = None, loss: str = "exponential") -> np.ndarray:
+    """beta_0 = R^2 L(w0), R = max_i ||x_i||, shape (...): a bound on the Hessian of L over the sublevel set
+    {w : L(w) <= L(w0)} for both losses (l'' <= l), and the step bound of the prelude's descent lemma: gradient
+    descent from w0 with lr <= 1 / beta_0 decreases L at every step. ``w0``: None for w0 = 0 (then L(w0) = 1 for
+    the exponential loss, log 2 for the logistic loss).
+
+    Examples
+    --------
+    >>> from attnsvm import linear
+    >>> float(linear.smoothness([[3.0, 4.0], [0.0, 1.0]], [1.0, 1.0]))  # R^2 L(0) = 25 * 1
+    25.0
+    """
+    X, y = _data(X, y)
+    w0 = np.zeros(X.shape[-1]) if w0 is None else _vector(w0, "w0", X.shape[-1])
+    radius = _norm(X).max(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        beta = radius**2 * np.exp(log_loss(X, y, w0, loss))
+    return finite_result(beta, "the smoothness bound R^2 L(w0)", "w0 (or X) is too large")
+
+
+# ------------------------------------------------------------------ gradient descent
+
+@numba.njit(cache=True)
+def _loop(Z, w0, lr, steps, normalized, logistic, sqrt_schedule, record, W, log_L):
+    """Gradient descent on each problem b of Z (B, n, d) from w0 (B, d), recording w and log L at the steps in
+    `record` into W (R, B, d) and log_L (R, B). The step is -lr_t g / ||g|| (normalized) or -lr_t g, with
+    g = -(1/n) e^top sum_i e^(a_i - top) y_i x_i and a_i = log(-l'(m_i)) (top = max a_i: exact in log space)."""
+    B, n, d = Z.shape
+    a, m, values, s, w = np.empty(n), np.empty(n), np.empty(n), np.empty(d), np.empty(d)
+    for b in range(B):
+        for j in range(d):
+            w[j] = w0[b, j]
+        k = 0
+        for t in range(steps + 1):
+            for i in range(n):
+                m[i] = 0.0
+                for j in range(d):
+                    m[i] += Z[b, i, j] * w[j]
+            _log_slopes(m, logistic, a)
+            top = a.max()
+            if k < record.size and record[k] == t:
+                _log_values(m, logistic, values)
+                big = values.max()
+                log_L[k, b] = big + np.log(np.exp(values - big).sum() / n)
+                for j in range(d):
+                    W[k, b, j] = w[j]
+                k += 1
+            if t == steps:
+                break
+            for j in range(d):
+                s[j] = 0.0
+            for i in range(n):
+                e = np.exp(a[i] - top)
+                for j in range(d):
+                    s[j] += e * Z[b, i, j]
+            rate = lr / np.sqrt(t + 1.0) if sqrt_schedule else lr
+            if normalized:
+                norm = 0.0
+                for j in range(d):
+                    norm += s[j] * s[j]
+                scale = rate / np.sqrt(norm) if norm > 0 else 0.0
+            else:
+                scale = rate / n * np.exp(top)
+            for j in range(d):
+                w[j] += scale * s[j]
+
+
+def gd(X: ArrayLike, y: ArrayLike, *, lr: float, steps: int, loss: str = "exponential", normalized: bool = False,
+       schedule: str = "constant", init: ArrayLike | None = None, record_every: int = 1,
+       record_at: ArrayLike | None = None) -> Run:
+    """Gradient descent w(t+1) = w(t) - lr_t grad L(w(t)) on each problem of the batch, or normalized gradient
+    descent w(t+1) = w(t) - lr_t grad L / ||grad L|| (``normalized=True``, the step of ``train.gd``).
+
+    ``schedule``: "constant" (lr_t = lr) or "sqrt" (lr_t = lr / sqrt(t + 1)). ``init``: None (w(0) = 0) or w(0)
+    (..., d). Records w(t) and log L(w(t)) at t = 0, record_every, 2 record_every, ... and ``steps``, or at the
+    sorted steps ``record_at`` (integers in [0, steps]) if given. The weights of the step are formed in log space,
+    so the direction of a normalized step is exact however small the loss gets. A compiled loop (Numba).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import linear
+    >>> X, y = linear.separable(5, 2, seed=0)
+    >>> run = linear.gd(X, y, lr=1.0, steps=100, record_at=[0, 1, 10, 100])
+    >>> run.steps.tolist(), bool(np.all(np.diff(run.log_loss) < 0))
+    ([0, 1, 10, 100], True)
+    """
+    X, y = _data(X, y)
+    logistic, normalized = _loss(loss), boolean(normalized, "normalized")
+    sqrt_schedule = option(schedule, "schedule", SCHEDULES) == "sqrt"
+    lr, steps = positive_float(lr, "lr"), positive_int(steps, "steps", minimum=0)
+    budget(steps, "steps", MAX_STEPS, "gradient steps")
+    if record_at is None:
+        record = np.array(sorted(set(range(0, steps + 1, positive_int(record_every, "record_every"))) | {steps}))
+    else:
+        record = np.asarray(record_at)
+        if record.ndim != 1 or record.size == 0 or record.dtype.kind not in "iu" or (np.diff(record) <= 0).any() \
+                or record[0] < 0 or record[-1] > steps:
+            raise ValueError(f"record_at must be increasing integers in [0, steps={steps}], got {record_at!r}")
+    Z = _signed(X, y)
+    batch, (n, d) = Z.shape[:-2], Z.shape[-2:]
+    budget(record.size, "record_every / record_at", MAX_RECORDS, "recorded iterates")
+    memory(record.size * (np.prod(batch, dtype=float) * (d + 1)), "record_every / record_at")
+    w0 = np.zeros(batch + (d,)) if init is None else np.broadcast_to(_vector(init, "init", d), batch + (d,))
+    B = int(np.prod(batch, dtype=int))
+    W, log_L = np.empty((record.size, B, d)), np.empty((record.size, B))
+    with np.errstate(over="ignore"):
+        _loop(np.ascontiguousarray(Z.reshape(B, n, d)), np.ascontiguousarray(w0.reshape(B, d)), lr, steps,
+              normalized, logistic, sqrt_schedule, record.astype(np.int64), W, log_L)
+    if not (np.isfinite(W).all() and np.isfinite(log_L).all()):
+        raise FloatingPointError(f"gradient descent overflowed (lr={lr!r} is too large for these X, init): "
+                                 "lower lr (the descent lemma's bound is 1 / linear.smoothness(X, y, init))")
+    return Run(steps=record.astype(np.int64), w=W.reshape((record.size,) + batch + (d,)),
+               log_loss=log_L.reshape((record.size,) + batch))
+
+
+# ------------------------------------------------------------------ the implicit-bias theorem's quantities
+
+def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
+    """`solution` checked to be the SVM of the validated X, y (its shapes, and smallest margins 1), or that SVM
+    solved here if None."""
+    if solution is None:
+        return svm(X, y)
+    fits = isinstance(solution, SVM) and np.shape(solution.w) == X.shape[:-2] + X.shape[-1:] \
+        and np.shape(solution.alpha) == np.shape(solution.support) == X.shape[:-1]
+    if not fits or not np.allclose(margins(X, y, solution.w).min(-1), 1, rtol=0, atol=1e-6):
+        raise ValueError("solution must be linear.svm(X, y) of these X, y (or None to solve it here)")
+    return solution
+
+
+def _multipliers_of_h(Z_S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, bool]:
+    """For the signed support vectors Z_S (k, d): (log alpha, pinv, cond, converged). alpha (k,) are the dual
+    multipliers of hypothesis (H): alpha = c e^(-m) at the minimizer of F(v) = sum_i c e^(-m_i(v)) + <w_hat, v>,
+    found by damped Newton on m = Z_S v in the column space of Z_S (its gradient vanishes iff Z_S^T alpha = w_hat).
+    pinv (d, k) is the pseudo-inverse of Z_S and cond its condition number, with singular values below k eps times
+    the largest taken as 0."""
+    U, sv, Vt = np.linalg.svd(Z_S, full_matrices=False)
+    k, eps = len(Z_S), np.finfo(float).eps
+    rank = int((sv > k * eps * sv[0]).sum())  # support vectors dependent up to rounding count as dependent
+    U, sv, Vt = U[:, :rank], sv[:rank], Vt[:rank]
+    p = U @ (U.sum(0) / (sv / sv[0]) ** 2)  # sv[0]^2 (Z_S Z_S^T)^+ 1, multipliers times sv[0]^2
+    log_total, p = np.log(p.sum()) - 2 * np.log(sv[0]), p / p.sum()  # log ||w_hat||^2, and p sums to 1
+    # F / ||w_hat||^2 with c = ||w_hat||^2 is sum_i e^(-m_i) + <p, m>: minimized over m = U s
+    s, converged = U.T @ np.full(k, np.log(k)), False  # start from alpha = ||w_hat||^2 / k, m = log k
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(100):
+            e = np.exp(-(U @ s))
+            gradient = U.T @ (p - e)
+            step = -np.linalg.lstsq((U.T * e) @ U, gradient, rcond=None)[0]
+            dm, decrement, length = U @ step, -gradient @ step, 1.0
+            # backtrack until F / ||w_hat||^2 falls by a quarter of the decrement (change summed without cancellation)
+            while not e @ np.expm1(-length * dm) + length * (p @ dm) <= -length * decrement / 4 and length >= 1e-12:
+                length /= 2
+            # converged: no descent left in float64 (a minimizer, or the end of a descent to infinity), or no margin
+            # moved by more than 1e-10
+            converged = length < 1e-12 or np.abs(length * dm).max() <= 1e-10
+            if length >= 1e-12:
+                s = s + length * step
+            if converged:
+                break
+    return log_total - U @ s, Vt.T @ (U.T / sv[:, None]), sv[0] / sv[-1], converged
+
+
+def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None = None) -> np.ndarray:
+    """The finite part w_tilde (..., d) of the prelude's hypothesis (H): the minimum-norm w with
+    y_i x_i^T w = log(c / alpha_i) for every support vector i, for the dual multipliers alpha for which such a w
+    exists (they are unique and do not depend on c). Gradient descent with step lr on the mean loss has
+    w(t) = w_hat log t + w_tilde + r(t) with c = lr / n; normalized gradient descent uses c = 1 (the prelude).
+    ``solution``: the SVM of X, y if already solved.
+
+    The gradient of the convex F(v) = sum_{i in S} c e^(-m_i(v)) + <w_hat, v> vanishes iff the alpha_i =
+    c e^(-m_i(v)) are dual multipliers, so w_tilde is the minimum-norm minimizer of F, found by Newton's method
+    whatever multipliers ``svm`` returned. Raises ValueError when F has no minimizer ((H) fails) or only one where
+    some alpha_i / sum_j alpha_j is at most 10 k eps cond(Z_S)^2, the accuracy of the multipliers (Z_S: the k
+    signed support vectors; float64 cannot tell such an alpha_i from 0). Support vectors within rounding of
+    linear dependence (singular values of Z_S below k eps times the largest) count as dependent.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import linear
+    >>> X, y = np.array([[2.0, 0.0], [0.0, 1.0]]), np.array([1.0, -1.0])  # alpha = (1/4, 1)
+    >>> linear.offset(X, y).round(12).tolist()  # 2 w_1 = log 4, -w_2 = log 1
+    [0.69314718056, 0.0]
+    >>> X3 = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, -1.0]])  # dependent: (H) holds for alpha = (1/3, 1/3, 1/3)
+    >>> bool(np.allclose(linear.offset(X3, np.ones(3)), [np.log(3), 0.0], rtol=0, atol=1e-12))  # m_i = log 3
+    True
+    """
+    X, y = _data(X, y)
+    c = positive_float(c, "c")
+    solution = _solution(X, y, solution)
+    Z = _signed(X, y)
+    batch, d = Z.shape[:-2], Z.shape[-1]
+    out = np.empty(batch + (d,))
+    for b in np.ndindex(batch):
+        S = np.flatnonzero(solution.support[b])
+        log_alpha, pinv, cond, converged = _multipliers_of_h(Z[b][S])
+        share = np.exp(log_alpha - _logsumexp(log_alpha))  # alpha_i / sum_j alpha_j
+        accuracy = 10 * len(S) * np.finfo(float).eps * cond**2  # first order, for relative errors eps in Z_S
+        where, small = f" (problem {b})" if b else "", share <= accuracy
+        if small.any():
+            raise ValueError(
+                f"hypothesis (H) fails for X, y{where}, or float64 cannot tell: minimizing F drives the multipliers "
+                f"of the support vectors {S[small].tolist()} to alpha_i / sum_j alpha_j = "
+                f"{', '.join(f'{v:.1e}' for v in share[small])}, not above {accuracy:.1e}, the accuracy of the "
+                f"multipliers on these data (the support vectors have condition number {cond:.1e}). (H) needs "
+                "alpha_i > 0 on every support vector (without it w(t) - w_hat log t need not stay bounded): pass X, y "
+                "that satisfy it with multipliers float64 resolves, e.g. well-conditioned, linearly independent "
+                "support vectors with positive multipliers")
+        if not converged:
+            raise SolverError(f"offset: Newton's method on F did not converge for X, y{where}")
+        out[b] = pinv @ (np.log(c) - log_alpha)
+    return out
+
+
+def residual(X: ArrayLike, y: ArrayLike, w: ArrayLike, t: ArrayLike, *, solution: SVM | None = None) -> np.ndarray:
+    """rho(t) = w(t) - w_hat log t, shape of w: ``w`` (records, ..., d) iterates at the steps ``t`` (records,),
+    each t >= 1 (or one w (..., d) at a scalar t). ``solution``: the SVM of X, y if already solved.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import linear
+    >>> X, y = np.array([[1.0, 0.0]]), np.array([1.0])  # w_hat = (1, 0)
+    >>> linear.residual(X, y, [[1.0, 2.0], [3.0, 2.0]], [1, 10]).round(4).tolist()
+    [[1.0, 2.0], [0.6974, 2.0]]
+    """
+    X, y = _data(X, y)
+    solution = _solution(X, y, solution)
+    w = _vector(w, "w", X.shape[-1])
+    t = as_tensor(t, "t").detach().numpy()
+    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] != w.shape[0]) or (t < 1).any():
+        raise ValueError(f"t must be one step t >= 1 or one step t >= 1 per record of w (w has shape {w.shape}), "
+                         f"got {t!r}")
+    logs = np.log(t).reshape(t.shape + (1,) * (w.ndim - t.ndim))
+    return w - logs * solution.w

@@ -1,0 +1,230 @@
+"""attnsvm.linear: the hard-margin SVM, gradient descent on the exponential and logistic losses (plain and
+normalized, exact under saturation), and the quantities of the prelude's theorems, against direct computations."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnsvm import linear, svm
+
+LOSS_FUNCTIONS = {"exponential": lambda m: torch.exp(-m), "logistic": lambda m: torch.log1p(torch.exp(-m))}
+
+
+def data(seed=0, n=8, d=3):
+    return linear.separable(n, d, seed=seed)
+
+
+def autograd_loss(X, y, w, loss):
+    """L(w) and its gradient by autograd, directly from the definition (moderate margins only)."""
+    w = torch.tensor(w, requires_grad=True)
+    value = LOSS_FUNCTIONS[loss](torch.tensor(y) * (torch.tensor(X) @ w)).mean()
+    (grad,) = torch.autograd.grad(value, w)
+    return float(value.detach()), grad.numpy()
+
+
+# ------------------------------------------------------------------ SVM
+
+def test_svm_kkt_and_independent_solver():
+    X, y = data(seed=3, n=12, d=4)
+    sol = linear.svm(X, y)
+    m = linear.margins(X, y, sol.w)
+    assert m.min() > 1 - 1e-12 and (sol.alpha >= 0).all() and (sol.alpha[~sol.support] == 0).all()
+    assert np.allclose((sol.alpha * y) @ X, sol.w, atol=1e-12)  # stationarity
+    assert abs(sol.alpha.sum() - sol.w @ sol.w) < 1e-10  # complementary slackness
+    assert np.abs(linear.svm(X, y, solver="clarabel").w - sol.w).max() < 1e-7
+    assert np.isclose(sol.margin, 1 / np.linalg.norm(sol.w))
+
+
+def test_svm_batch_equals_single_problems_and_scale_is_exact():
+    Xs, ys = zip(*(data(seed=s) for s in range(3)))
+    batch = linear.svm(np.stack(Xs), np.stack(ys))
+    for b in range(3):
+        single = linear.svm(Xs[b], ys[b])
+        assert np.allclose(batch.w[b], single.w, atol=1e-13) and (batch.support[b] == single.support).all()
+    X, y = Xs[0], ys[0]
+    tiny = linear.svm(X * 2.0**-40, y)  # the data scaled by a power of two: w_hat scales back exactly
+    assert np.allclose(tiny.w * 2.0**-40, linear.svm(X, y).w, rtol=1e-12)
+
+
+def test_svm_degenerate_support_vector_and_infeasible_data():
+    sol = linear.svm([[1.0, 0.0], [1.0, 1.0]], [1.0, 1.0])
+    assert sol.support.all() and np.allclose(sol.alpha, [1, 0], atol=1e-12)
+    with pytest.raises(svm.InfeasibleSVM, match="not linearly separable"):
+        linear.svm([[1.0, 0.0], [1.0, 0.0]], [1.0, -1.0])
+    Xb = np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0]]])
+    with pytest.raises(svm.InfeasibleSVM, match=r"problem \(1,\)"):
+        linear.svm(Xb, np.array([[1.0, 1.0], [1.0, -1.0]]))
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 10**6), st.integers(1, 12), st.integers(1, 4))
+def test_max_margin_property(seed, n, d):
+    """No direction has a larger normalized margin than w_hat, and the margin deficit bounds the distance
+    (the prelude's Proposition 'the margin controls the direction'), for random data and directions."""
+    X, y = linear.separable(n, d, seed=seed)
+    sol = linear.svm(X, y)
+    u_hat = sol.w * sol.margin
+    U = np.random.default_rng(seed).standard_normal((200, d))
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    gam = linear.normalized_margin(X, y, U)
+    assert gam.max() <= sol.margin * (1 + 1e-12)
+    assert (np.linalg.norm(U - u_hat, axis=1) ** 2 <= 2 * (sol.margin - gam) / sol.margin + 1e-10).all()
+
+
+# ------------------------------------------------------------------ losses and their derivatives
+
+@pytest.mark.parametrize("loss", linear.LOSSES)
+def test_loss_gradient_hessian_weights_against_direct_formulas(loss):
+    X, y = data()
+    w = np.array([0.3, -0.2, 0.5])
+    value, grad = autograd_loss(X, y, w, loss)
+    assert abs(np.exp(linear.log_loss(X, y, w, loss)) - value) < 1e-14
+    assert np.allclose(linear.gradient(X, y, w, loss), grad, rtol=1e-12, atol=1e-15)
+    h = 1e-5
+    columns = [(linear.gradient(X, y, w + h * e, loss) - linear.gradient(X, y, w - h * e, loss)) / (2 * h)
+               for e in np.eye(3)]
+    assert np.allclose(linear.hessian(X, y, w, loss), np.array(columns).T, atol=1e-8)
+    q = linear.weights(X, y, w, loss)
+    assert abs(q.sum() - 1) < 1e-14 and np.allclose(-grad, q @ (y[:, None] * X) * np.linalg.norm(grad)
+                                                    / np.linalg.norm(q @ (y[:, None] * X)), atol=1e-14)
+
+
+@pytest.mark.parametrize("loss", linear.LOSSES)
+def test_log_loss_is_exact_under_saturation(loss):
+    X, y = np.array([[1.0], [2.0]]), np.ones(2)
+    # L(w) = (e^-1000 + e^-2000) / 2 for the exponential loss (log1p(x) = x there for the logistic loss too)
+    assert abs(linear.log_loss(X, y, [1000.0], loss) - (-1000 - np.log(2))) < 1e-12
+    assert linear.weights(X, y, [1000.0], loss).tolist() == [1.0, 0.0]
+    assert np.isfinite(linear.log_loss(X, y, [-1e300], loss))
+
+
+def test_smoothness_bounds_the_hessian_on_the_sublevel_set():
+    X, y = data(seed=5)
+    radius = np.linalg.norm(X, axis=1).max()
+    assert np.isclose(linear.smoothness(X, y), radius**2)
+    assert np.isclose(linear.smoothness(X, y, loss="logistic"), radius**2 * np.log(2))
+    w0 = np.array([0.5, -1.0, 0.2])
+    beta = linear.smoothness(X, y, w0, loss="logistic")
+    assert np.isclose(beta, radius**2 * np.exp(linear.log_loss(X, y, w0, "logistic")))
+
+
+# ------------------------------------------------------------------ gradient descent
+
+@pytest.mark.parametrize("loss", linear.LOSSES)
+@pytest.mark.parametrize("normalized", [False, True])
+def test_gd_steps_are_the_definition(loss, normalized):
+    X, y = data(seed=1)
+    run = linear.gd(X, y, lr=0.3, steps=5, loss=loss, normalized=normalized)
+    for k in range(5):
+        g = linear.gradient(X, y, run.w[k], loss)
+        step = g / np.linalg.norm(g) if normalized else g
+        assert np.allclose(run.w[k + 1], run.w[k] - 0.3 * step, rtol=1e-13, atol=1e-15)
+    assert np.allclose(run.log_loss, linear.log_loss(X, y, run.w, loss), atol=1e-13)
+
+
+def test_gd_schedule_recording_batch_and_init():
+    X, y = data(seed=2)
+    run = linear.gd(X, y, lr=0.5, steps=9, normalized=True, schedule="sqrt", init=np.ones(3))
+    assert run.steps.tolist() == list(range(10)) and np.allclose(run.w[0], 1)
+    assert np.allclose(np.linalg.norm(np.diff(run.w, axis=0), axis=1), 0.5 / np.sqrt(np.arange(1, 10)))
+    every = linear.gd(X, y, lr=0.5, steps=10, record_every=4)
+    assert every.steps.tolist() == [0, 4, 8, 10]
+    at = linear.gd(X, y, lr=0.5, steps=10, record_at=[3, 10])
+    assert at.steps.tolist() == [3, 10] and np.allclose(at.w, linear.gd(X, y, lr=0.5, steps=10).w[[3, 10]])
+    Xs, ys = zip(*(data(seed=s) for s in range(3)))
+    batch = linear.gd(np.stack(Xs), np.stack(ys), lr=0.5, steps=20, record_every=20)
+    for b in range(3):
+        assert np.allclose(batch.w[:, b], linear.gd(Xs[b], ys[b], lr=0.5, steps=20, record_every=20).w, atol=1e-14)
+
+
+def test_normalized_gd_is_exact_far_out():
+    """Far out every e^-m_i underflows; the direction of a step is still exact (it is shift invariant)."""
+    X, y = data(seed=4)
+    w_far = linear.svm(X, y).w * 5000  # every margin >= 5000
+    step = linear.gd(X, y, lr=0.1, steps=1, normalized=True, init=w_far).w[-1] - w_far
+    m = y * (X @ w_far)
+    v = (np.exp(m.min() - m) * y) @ X
+    assert np.allclose(step, 0.1 * v / np.linalg.norm(v), atol=1e-15) and np.isfinite(linear.log_loss(X, y, w_far))
+
+
+@settings(max_examples=20)
+@given(st.integers(0, 10**6), st.sampled_from(linear.LOSSES))
+def test_descent_lemma_property(seed, loss):
+    """With lr = 1 / smoothness(X, y, w0), every step decreases the loss by at least lr/2 ||grad||^2 (the
+    prelude's descent lemma), from a random start."""
+    X, y = linear.separable(6, 2, seed=seed)
+    w0 = np.random.default_rng(seed).standard_normal(2)
+    lr = 1 / linear.smoothness(X, y, w0, loss)
+    run = linear.gd(X, y, lr=lr, steps=50, loss=loss, init=w0)
+    L = np.exp(run.log_loss)
+    g2 = (linear.gradient(X, y, run.w[:-1], loss) ** 2).sum(-1)
+    assert (L[1:] <= (L[:-1] - lr / 2 * g2) * (1 + 1e-12) + 1e-300).all()
+
+
+# ------------------------------------------------------------------ the theorem's quantities
+
+def test_offset_and_residual():
+    X, y = data(seed=3, n=12, d=4)
+    sol = linear.svm(X, y)
+    w_tilde = linear.offset(X, y, 0.25, solution=sol)
+    assert np.allclose(linear.margins(X, y, w_tilde)[sol.support], np.log(0.25 / sol.alpha[sol.support]))
+    w = np.array([[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.0, 1.0]])
+    assert np.allclose(linear.residual(X, y, w, [1, 10], solution=sol), w - np.log([[1], [10]]) * sol.w)
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails for X, y, .*support vectors \[1\]"):
+        linear.offset([[1.0, 0.0], [1.0, 1.0]], [1.0, 1.0])
+
+
+@pytest.mark.parametrize("h", [1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9])
+def test_offset_refuses_nearly_degenerate_data(h):
+    """x1 = (1, 0), x2 = (1, h), y = (1, 1): w_hat = (1, 0) with unique multipliers (1, 0) for every h > 0, so (H)
+    fails; the solvers' multipliers for x2 are off by up to ~eps / h^2, and offset must not read them as positive."""
+    X, y = np.array([[1.0, 0.0], [1.0, h]]), np.ones(2)
+    sol = linear.svm(X, y)
+    assert sol.support.all() and np.allclose(sol.w, [1.0, 0.0], rtol=0, atol=1e-8)
+    condition = np.linalg.cond(X)
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails for X, y, or float64 cannot tell") as error:
+        linear.offset(X, y, solution=sol)
+    message = str(error.value)
+    assert "support vectors [1]" in message or "support vectors [0, 1]" in message
+    assert f"condition number {condition:.1e}" in message
+
+
+def test_offset_finds_the_multipliers_of_h_whatever_the_solver_returns():
+    """Dependent support vectors: ex-pre-dependent ((H) holds for alpha = (1/3, 1/3, 1/3) only, the solver returns
+    the vertex (1, 0, 0)) and a repeated point (alpha = (1/2, 1/2))."""
+    X3, c = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, -1.0]]), 0.2
+    assert np.allclose(linear.svm(X3, np.ones(3)).alpha, [1, 0, 0], atol=1e-12)
+    assert np.allclose(linear.offset(X3, np.ones(3), c), [np.log(3 * c), 0], rtol=0, atol=1e-12)
+    assert np.allclose(linear.offset([[1.0, 0.0], [1.0, 0.0]], [1.0, 1.0], c), [np.log(2 * c), 0], atol=1e-12)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 10**6), st.integers(1, 10), st.integers(1, 5), st.booleans())
+def test_offset_solves_the_equations_of_h(seed, n, d, repeat):
+    """The alpha_i = c e^{-m_i(w_tilde)} are dual multipliers (stationarity), w_tilde is in the row space of the
+    support vectors (minimum norm), and w_tilde does not depend on which multipliers the solver returned."""
+    X, y = linear.separable(n, d, seed=seed)
+    if repeat:  # a repeated point: dependent support vectors whenever it is one
+        X, y = np.r_[X, X[:1]], np.r_[y, y[:1]]
+    sol = linear.svm(X, y)
+    Z = (y[:, None] * X)[sol.support]
+    w_tilde = linear.offset(X, y, 0.3, solution=sol)
+    alpha = 0.3 * np.exp(-(Z @ w_tilde))
+    assert np.abs(alpha @ Z - sol.w).max() <= 1e-10 * np.abs(sol.w).max()
+    assert np.allclose(w_tilde, np.linalg.pinv(Z) @ (Z @ w_tilde), atol=1e-10)
+    if not repeat and np.linalg.matrix_rank(Z) == len(Z):  # unique multipliers: the solver's
+        assert np.allclose(alpha, sol.alpha[sol.support], rtol=1e-8)
+
+
+def test_gd_residual_stays_bounded_on_nondegenerate_data():
+    """The prelude's bounded-residual theorem on one instance: ||w(t) - w_hat log t - w_tilde|| does not grow
+    over four decades (it shrinks here)."""
+    X, y = data(seed=3, n=12, d=4)
+    sol = linear.svm(X, y)
+    lr = 1 / linear.smoothness(X, y)
+    record = np.array([10, 100, 1000, 10_000, 100_000])
+    run = linear.gd(X, y, lr=lr, steps=100_000, record_at=record)
+    r = np.linalg.norm(linear.residual(X, y, run.w, record, solution=sol) - linear.offset(X, y, lr / 12), axis=1)
+    assert (np.diff(r) < 0).all()
