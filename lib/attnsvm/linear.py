@@ -30,21 +30,24 @@ from numpy.typing import ArrayLike
 from ._checks import (as_tensor, boolean, budget, finite_result, memory, option, positive_float, positive_int,
                       seed as checked_seed)
 from .model import MAX_RECORDS, MAX_STEPS
-from .svm import MAX_NORM, InfeasibleSVM, SolverError, soft_margin_svm
+from .svm import GAP_TOL, MAX_NORM, InfeasibleSVM, SolverError, soft_margin_svm
 
 __all__ = ["SVM", "Run", "separable", "svm", "margins", "normalized_margin", "log_loss", "gradient", "hessian",
-           "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "SUPPORT_TOL"]
+           "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "ACTIVE_TOL", "OFFSET_TOL"]
 
 LOSSES = ("exponential", "logistic")
 SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
-SUPPORT_TOL = 1e-9  # a point with |m_i(w_hat) - 1| <= SUPPORT_TOL is a support vector (margins are exact to ~1e-15)
+ACTIVE_TOL = 1e-6  # a multiplier above ACTIVE_TOL times the largest is positive: its point is on the margin
+OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give solution.w to this relative accuracy
+# (the exact solver's to ~1e-12; "clarabel" solutions, accurate to about 1e-8, passed on random data)
 
 
 @dataclass(frozen=True)
 class SVM:
     """The hard-margin SVM of separable data: ``w`` (..., d) the solution w_hat, ``alpha`` (..., n) dual
     multipliers (w_hat = sum_i alpha_i y_i x_i, alpha >= 0, zero off the support), ``support`` (..., n) the points
-    on the margin, m_i(w_hat) = 1 (a support vector may have alpha_i = 0), ``margin`` (...) gamma = 1 / ||w_hat||.
+    on the margin, m_i(w_hat) = 1 up to the accuracy of the margins (a support vector may have alpha_i = 0; see
+    ``svm``), ``margin`` (...) gamma = 1 / ||w_hat||.
 
     Examples
     --------
@@ -179,7 +182,12 @@ def separable(n: int, d: int, *, seed: int, gap: float = 0.5) -> tuple[np.ndarra
     X = rng.standard_normal((n, d))
     y = np.where(X @ u >= 0, 1.0, -1.0)
     X += gap * y[:, None] * u
-    return X / np.linalg.norm(X, axis=1).max(), y
+    with np.errstate(over="ignore"):
+        scale = np.linalg.norm(X, axis=1).max()
+    if not np.isfinite(scale):
+        raise ValueError(f"gap={gap!r} is too large: the squared norms of the points overflow float64 before "
+                         "scaling (pass gap <= 1e150)")
+    return X / scale, y
 
 
 def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
@@ -188,7 +196,11 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
     to machine precision) or "clarabel" (an interior-point method through cvxpy, independent of it, accurate to
     about 1e-8). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the
-    origin. ``support`` marks the points with |m_i(w_hat) - 1| <= ``SUPPORT_TOL``.
+    origin. ``support`` marks the active points A, with alpha_i above ``ACTIVE_TOL`` times the largest (on the
+    margin by complementary slackness), and every point whose margin is 1 within its accuracy:
+    |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||z_i|| ||Z_A w - 1|| / sigma_min(Z_A) (the error of w that the
+    margins of A show; z_i = y_i x_i). A point nearer the margin than that counts as a support vector: float64
+    cannot tell it from one.
 
     Examples
     --------
@@ -201,7 +213,7 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     solver = option(solver, "solver", ("nnls", "clarabel"))
     Z = _signed(X, y)
     batch, (n, d) = Z.shape[:-2], Z.shape[-2:]
-    w, alpha = np.empty(batch + (d,)), np.empty(batch + (n,))
+    w, alpha, support = np.empty(batch + (d,)), np.empty(batch + (n,)), np.empty(batch + (n,), dtype=bool)
     for b in np.ndindex(batch):
         radius = _norm(Z[b]).max()
         if radius == 0:
@@ -216,11 +228,21 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
                                 f"y_i x_i^T w > 0 for every i (or only with a margin below "
                                 f"{1 / MAX_NORM:.0e} max_i ||x_i||), so the hard-margin SVM does not exist",
                                 [b]) from None
+        support[b] = _support(rows, w_b, alpha_b)  # on the rows scaled by 2^-e: the same margins
         with np.errstate(over="ignore", under="ignore"):
             w[b], alpha[b] = np.ldexp(w_b, -e), np.ldexp(alpha_b, -2 * e)
     finite_result(alpha, "the dual multipliers alpha", "X is too small for float64 to hold them (rescale X)")
-    support = np.abs(margins(X, y, w) - 1) <= SUPPORT_TOL
     return SVM(w=w, alpha=alpha, support=support, margin=1 / _norm(w))
+
+
+def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The support vectors (n,) of the solution (w, alpha) for the signed points Z (n, d), by the rule of ``svm``."""
+    active = alpha > ACTIVE_TOL * alpha.max()
+    sv = np.linalg.svd(Z[active], compute_uv=False)
+    smallest = sv[sv > active.sum() * np.finfo(float).eps * sv[0]][-1]  # w lies in the row space of Z_A
+    error = np.linalg.norm(Z[active] @ w - 1) / smallest
+    accuracy = 4 * Z.shape[1] * np.finfo(float).eps * (np.abs(Z) @ np.abs(w)) + _norm(Z) * error
+    return active | (np.abs(Z @ w - 1) <= accuracy)
 
 
 def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -445,7 +467,12 @@ def gd(X: ArrayLike, y: ArrayLike, *, lr: float, steps: int, loss: str = "expone
     batch, (n, d) = Z.shape[:-2], Z.shape[-2:]
     budget(record.size, "record_every / record_at", MAX_RECORDS, "recorded iterates")
     memory(record.size * (np.prod(batch, dtype=float) * (d + 1)), "record_every / record_at")
-    w0 = np.zeros(batch + (d,)) if init is None else np.broadcast_to(_vector(init, "init", d), batch + (d,))
+    w0 = np.zeros(batch + (d,)) if init is None else _vector(init, "init", d)
+    try:
+        w0 = np.broadcast_to(w0, batch + (d,))
+    except ValueError:
+        raise ValueError(f"init must have shape (d,) or (..., d) broadcastable to the batch of X, {batch + (d,)}, "
+                         f"got {w0.shape}") from None
     B = int(np.prod(batch, dtype=int))
     W, log_L = np.empty((record.size, B, d)), np.empty((record.size, B))
     with np.errstate(over="ignore"):
@@ -461,14 +488,28 @@ def gd(X: ArrayLike, y: ArrayLike, *, lr: float, steps: int, loss: str = "expone
 # ------------------------------------------------------------------ the implicit-bias theorem's quantities
 
 def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
-    """`solution` checked to be the SVM of the validated X, y (its shapes, and smallest margins 1), or that SVM
-    solved here if None."""
+    """`solution` checked to be the SVM of the validated X, y, or that SVM solved here if None. Checked: its shapes
+    and the KKT conditions to the relative accuracy GAP_TOL["hard"]: smallest margin 1, alpha >= 0, stationarity
+    w = sum_i alpha_i y_i x_i, and sum_i alpha_i = ||w||^2 (with the others, complementary slackness), so a feasible
+    w that is not optimal is refused."""
     if solution is None:
         return svm(X, y)
     fits = isinstance(solution, SVM) and np.shape(solution.w) == X.shape[:-2] + X.shape[-1:] \
         and np.shape(solution.alpha) == np.shape(solution.support) == X.shape[:-1]
-    if not fits or not np.allclose(margins(X, y, solution.w).min(-1), 1, rtol=0, atol=1e-6):
-        raise ValueError("solution must be linear.svm(X, y) of these X, y (or None to solve it here)")
+    failed = [] if fits else ["its shapes (w (..., d), alpha and support (..., n))"]
+    if fits:
+        w, alpha, tol = np.asarray(solution.w, float), np.asarray(solution.alpha, float), GAP_TOL["hard"]
+        size = _norm(w)
+        with np.errstate(all="ignore"):
+            conditions = {"smallest margin 1": np.abs(margins(X, y, w).min(-1) - 1) <= tol,
+                          "alpha >= 0": (alpha >= 0).all(-1),
+                          "w = sum_i alpha_i y_i x_i": _norm((alpha[..., None] * _signed(X, y)).sum(-2) - w)
+                          <= tol * size,
+                          "sum_i alpha_i = ||w||^2": np.abs(alpha.sum(-1) - size**2) <= tol * size**2}
+        failed = [name for name, holds in conditions.items() if not np.all(holds)]
+    if failed:
+        raise ValueError(f"solution must be linear.svm(X, y) of these X, y (or None to solve it here); it fails "
+                         f"{', '.join(failed)} (relative accuracy {GAP_TOL['hard']:.0e})")
     return solution
 
 
@@ -510,14 +551,23 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     y_i x_i^T w = log(c / alpha_i) for every support vector i, for the dual multipliers alpha for which such a w
     exists (they are unique and do not depend on c). Gradient descent with step lr on the mean loss has
     w(t) = w_hat log t + w_tilde + r(t) with c = lr / n; normalized gradient descent uses c = 1 (the prelude).
-    ``solution``: the SVM of X, y if already solved.
+    ``solution``: the SVM of X, y if already solved; (H) is decided for its support vectors S (see ``svm``).
 
     The gradient of the convex F(v) = sum_{i in S} c e^(-m_i(v)) + <w_hat, v> vanishes iff the alpha_i =
     c e^(-m_i(v)) are dual multipliers, so w_tilde is the minimum-norm minimizer of F, found by Newton's method
     whatever multipliers ``svm`` returned. Raises ValueError when F has no minimizer ((H) fails) or only one where
     some alpha_i / sum_j alpha_j is at most 10 k eps cond(Z_S)^2, the accuracy of the multipliers (Z_S: the k
     signed support vectors; float64 cannot tell such an alpha_i from 0). Support vectors within rounding of
-    linear dependence (singular values of Z_S below k eps times the largest) count as dependent.
+    linear dependence (singular values of Z_S below k eps times the largest) count as dependent. The multipliers
+    found must give back sum_{i in S} alpha_i y_i x_i = solution.w to the relative accuracy ``OFFSET_TOL``; else
+    ``solution`` misses a support vector (or has one too many) and a ValueError says so (a SolverError where
+    ``solution`` is None).
+
+    Accuracy: the refusal guards the verdict on (H), not w_tilde. w_tilde = Z_S^+ (log c - log alpha) inherits the
+    errors of log alpha_i, about a / s_i for a = 10 k eps cond(Z_S)^2 and s_i = alpha_i / sum_j alpha_j, so it is
+    off by up to about ||Z_S^+|| max_i a / s_i (first order; often far less). It can be inaccurate although
+    accepted (x = (1, -h), (1, 2h), y = (1, 1): off by 1.7% at h = 1e-7), and the refusal can be over-cautious
+    (x = (1, -h), (1, h) is refused for h <= 5e-8, although w_tilde is accurate to 2e-9 at h = 1e-7).
 
     Examples
     --------
@@ -532,7 +582,7 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     """
     X, y = _data(X, y)
     c = positive_float(c, "c")
-    solution = _solution(X, y, solution)
+    given, solution = solution, _solution(X, y, solution)
     Z = _signed(X, y)
     batch, d = Z.shape[:-2], Z.shape[-1]
     out = np.empty(batch + (d,))
@@ -553,6 +603,15 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
                 "support vectors with positive multipliers")
         if not converged:
             raise SolverError(f"offset: Newton's method on F did not converge for X, y{where}")
+        w_b, radius = solution.w[b], _norm(Z[b][S]).max()  # in units where ||w_hat|| = 1 and max ||z_i|| = 1:
+        unit = np.exp(log_alpha + np.log(radius) - np.log(_norm(w_b))) @ (Z[b][S] / radius)  # no overflow
+        mismatch = _norm(unit - w_b / _norm(w_b))
+        if not mismatch <= OFFSET_TOL:
+            raise (SolverError if given is None else ValueError)(
+                f"offset: the multipliers of (H) on the support vectors {S.tolist()}{where} give sum_i alpha_i y_i x_i "
+                f"{mismatch:.1e} (relative) away from solution.w, more than OFFSET_TOL = {OFFSET_TOL:.0e}: "
+                "solution.support misses a support vector or has one too many, or solution.w is not accurate "
+                "enough; pass solution=None (the exact solver)")
         out[b] = pinv @ (np.log(c) - log_alpha)
     return out
 
@@ -573,8 +632,8 @@ def residual(X: ArrayLike, y: ArrayLike, w: ArrayLike, t: ArrayLike, *, solution
     solution = _solution(X, y, solution)
     w = _vector(w, "w", X.shape[-1])
     t = as_tensor(t, "t").detach().numpy()
-    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] != w.shape[0]) or (t < 1).any():
-        raise ValueError(f"t must be one step t >= 1 or one step t >= 1 per record of w (w has shape {w.shape}), "
-                         f"got {t!r}")
+    if t.ndim > 1 or (t.ndim == 1 and (w.ndim < 2 or t.shape[0] != w.shape[0])) or (t < 1).any():
+        raise ValueError(f"t must be one step t >= 1, or one step t >= 1 per record of w (then w has shape "
+                         f"(records, ..., d)); w has shape {w.shape}, got t = {t!r}")
     logs = np.log(t).reshape(t.shape + (1,) * (w.ndim - t.ndim))
     return w - logs * solution.w

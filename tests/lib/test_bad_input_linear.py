@@ -87,7 +87,7 @@ def test_offset_property(arguments):
 
 @settings(max_examples=40)
 @given(st.fixed_dictionaries({"X": options(X, BAD_X), "y": options(Y, BAD_Y),
-                              "w": options(np.ones((2, 2)), BAD_W + [np.ones((3, 2))]),
+                              "w": options(np.ones((2, 2)), BAD_W + [np.ones((3, 2)), W]),
                               "t": options([1, 10], [[0, 10], [1], [1, 2, 3], "t", None, [np.nan, 1], 5]),
                               "solution": options(None, ["sol", 3])}))
 def test_residual_property(arguments):
@@ -106,7 +106,7 @@ def test_smoothness_property(arguments):
 @given(st.fixed_dictionaries({"n": options(5, [0, -1, 2.5, "5", None, 10**12]),
                               "d": options(2, [0, -1, 2.5, None]),
                               "seed": options(0, [-1, 1.5, "0", None, 2**70]),
-                              "gap": options(0.5, [0.0, -1.0, np.nan, "0.5", None])}))
+                              "gap": options(0.5, [0.0, -1.0, np.nan, "0.5", None, 1e200])}))
 def test_separable_property(arguments):
     def accept(result):
         X_, y_ = result
@@ -128,6 +128,12 @@ def test_messages_name_the_argument_and_the_fix():
         linear.gd(X, Y, lr=1.0, steps=3, init=-1000 * linear.svm(X, Y).w)
     with pytest.raises(ValueError, match=r"t must be one step t >= 1"):
         linear.residual(X, Y, W, 0)
+    with pytest.raises(ValueError, match=r"t must be one step t >= 1, or one step t >= 1 per record of w"):
+        linear.residual(X, Y, W, [1, 10])  # w of shape (d,) with d = 2 steps: its coordinates are not records
+    with pytest.raises(ValueError, match=r"init must have shape \(d,\) or \(\.\.\., d\) broadcastable"):
+        linear.gd(X, Y, lr=0.5, steps=5, init=np.ones((3, 2)))
+    with pytest.raises(ValueError, match="gap=1e\\+200 is too large"):
+        linear.separable(5, 2, seed=0, gap=1e200)  # the squared norms overflow: X would be all zeros
     with pytest.raises(ValueError, match="not linearly separable"):
         linear.svm([[1.0], [1.0]], [1.0, -1.0])
     with pytest.raises(ValueError, match=r"hypothesis \(H\) fails for X, y, or float64 cannot tell.*pass X, y that"):

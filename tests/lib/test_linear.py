@@ -1,6 +1,8 @@
 """attnsvm.linear: the hard-margin SVM, gradient descent on the exponential and logistic losses (plain and
 normalized, exact under saturation), and the quantities of the prelude's theorems, against direct computations."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -216,6 +218,71 @@ def test_offset_solves_the_equations_of_h(seed, n, d, repeat):
     assert np.allclose(w_tilde, np.linalg.pinv(Z) @ (Z @ w_tilde), atol=1e-10)
     if not repeat and np.linalg.matrix_rank(Z) == len(Z):  # unique multipliers: the solver's
         assert np.allclose(alpha, sol.alpha[sol.support], rtol=1e-8)
+
+
+def test_support_is_decided_at_the_accuracy_of_the_margins():
+    """A point 5e-10 off the margin is not a support vector (the margins are exact to ~1e-15 here), so (H) is
+    decided for the true support: it fails for the first data (alpha = (1, 0)) and gives w_tilde = (log 2, 0) for the
+    second (alpha = (1/2, 1/2)); the interior-point solver, accurate to ~1e-9, finds the support vectors of
+    random data that a fixed tolerance of 1e-9 missed."""
+    X = np.array([[1.0, 0.0], [1.0, 1.0], [1 + 5e-10, -1.0]])
+    assert linear.svm(X, np.ones(3)).support.tolist() == [True, True, False]
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails for X, y, .*support vectors \[1\]"):
+        linear.offset(X, np.ones(3))
+    X = np.array([[1.0, -1.0], [1.0, 1.0], [1 + 5e-10, 0.5]])
+    assert linear.svm(X, np.ones(3)).support.tolist() == [True, True, False]
+    assert np.allclose(linear.offset(X, np.ones(3)), [np.log(2), 0], rtol=0, atol=1e-12)
+    for seed in (42, 77, 85, 117, 132, 189):
+        X, y = data(seed=seed)
+        exact, interior = linear.svm(X, y), linear.svm(X, y, solver="clarabel")
+        assert (interior.support == exact.support).all()
+        assert np.allclose(linear.offset(X, y, solution=interior), linear.offset(X, y, solution=exact), atol=1e-6)
+
+
+def test_offset_and_residual_refuse_a_solution_that_is_not_the_svm():
+    """A support vector missing from solution.support, a feasible w that is not optimal (with the old multipliers,
+    or with multipliers that reproduce it but miss complementary slackness): clear errors, not a wrong w_tilde."""
+    X, y = data(seed=42)
+    sol = linear.svm(X, y)
+    support = sol.support.copy()
+    support[np.flatnonzero(sol.support)[0]] = False
+    with pytest.raises(ValueError, match="solution.support misses a support vector"):
+        linear.offset(X, y, solution=dataclasses.replace(sol, support=support))
+    Z = y[:, None] * X
+    w = sol.w + 0.3 * np.linalg.svd(Z[sol.support])[2][-1]  # moved off the row space of the support
+    w /= (Z @ w).min()  # feasible, smallest margin 1, longer than w_hat
+    alpha = np.linalg.lstsq(Z.T, w, rcond=None)[0]  # reproduces w, but not with alpha >= 0 and sum ||w||^2
+    for fake, fails in [(dataclasses.replace(sol, w=w), "w = sum_i alpha_i y_i x_i"),
+                        (dataclasses.replace(sol, w=w, alpha=alpha), "sum_i alpha_i = ||w||\\^2")]:
+        for call in (lambda: linear.offset(X, y, solution=fake), lambda: linear.residual(X, y, w, 10, solution=fake)):
+            with pytest.raises(ValueError, match=f"solution must be linear.svm.*fails.*{fails}"):
+                call()
+
+
+def test_offset_accuracy_is_as_documented():
+    """offset's docstring: w_tilde is off by at most about ||Z_S^+|| max_i a / s_i (a = 10 k eps cond^2, s_i the
+    multipliers' shares), accurate to 2e-9 for x = (1, -h), (1, h) at h = 1e-7 but refused at h = 5e-8, and off by
+    1.7% for x = (1, -h), (1, 2h) at h = 1e-7 (alpha = (2/3, 1/3) exactly: 2h = 2 fl(h))."""
+    def error_and_estimate(X, alpha):
+        w_tilde, exact = linear.offset(X, np.ones(2)), np.linalg.solve(X, -np.log(alpha))
+        sv = np.linalg.svd(X, compute_uv=False)
+        estimate = 10 * 2 * np.finfo(float).eps * (sv[0] / sv[1]) ** 2 / (alpha / alpha.sum()).min() / sv[1]
+        return np.abs(w_tilde - exact).max(), estimate, np.abs(exact).max()
+    for h in [1e-1, 1e-3, 1e-5, 1e-7]:
+        for X, alpha in [(np.array([[1, -h], [1, h]]), np.array([0.5, 0.5])),
+                         (np.array([[1, -h], [1, 2 * h]]), np.array([2, 1]) / 3)]:
+            error, estimate, size = error_and_estimate(X, alpha)
+            assert error <= estimate
+    assert error_and_estimate(np.array([[1, -1e-7], [1, 1e-7]]), np.array([0.5, 0.5]))[0] < 3e-9
+    error, _, size = error_and_estimate(np.array([[1, -1e-7], [1, 2e-7]]), np.array([2, 1]) / 3)
+    assert 0.015 < error / size < 0.02
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails for X, y, or float64 cannot tell"):
+        linear.offset([[1, -5e-8], [1, 5e-8]], [1.0, 1.0])
+    for delta in [1e-2, 1e-6, 1e-10, 1e-13]:  # a tiny multiplier alpha_2 = delta (1 - delta): share s_2 ~ delta
+        X = np.array([[1, 0], [1 - delta, 1]])
+        delta = 1 - X[1, 0]
+        error, estimate, _ = error_and_estimate(X, np.array([1 - (1 - delta) * delta, delta]))
+        assert error <= estimate
 
 
 def test_gd_residual_stays_bounded_on_nondegenerate_data():
