@@ -946,10 +946,11 @@ def _():
 
 @check("`linear.offset`")
 def _():
-    X, y = linear_data()
+    X, y = linear_data(d=4)
     sol, c = linear.svm(X, y), 0.25
     w_tilde = linear.offset(X, y, c)
     S = np.flatnonzero(sol.support)
+    assert len(S) < X.shape[1]  # fewer support vectors than dimensions: "least norm" is a real condition
     alpha = c * np.exp(-linear.margins(X, y, w_tilde)[S])  # (H): m_i(w_tilde) = log(c / alpha_i) on S
     assert close(alpha @ (y[S, None] * X[S]), sol.w, 1e-9) and (alpha > 0).all()
     assert close(w_tilde, np.linalg.pinv(y[S, None] * X[S]) @ (y[S] * (X[S] @ w_tilde)), 1e-9)  # least norm

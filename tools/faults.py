@@ -783,8 +783,13 @@ def linear_svm_half_multipliers():
     import dataclasses
 
     from attnsvm import linear
-    patch(linear, "svm", lambda original: lambda *args, **kwargs: dataclasses.replace(
-        original(*args, **kwargs), alpha=original(*args, **kwargs).alpha / 2))
+
+    def make(original):
+        def svm(*args, **kwargs):
+            solution = original(*args, **kwargs)
+            return dataclasses.replace(solution, alpha=solution.alpha / 2)
+        return svm
+    patch(linear, "svm", make)
 
 
 @fault("prelude", "tests/lib/test_linear.py::test_offset_and_residual")

@@ -11,8 +11,8 @@ import attnsvm
 
 ROOT = Path(__file__).resolve().parents[2]
 # Public namespaces and the API page that documents each.
-PAGES = {"linear": "linear", "data": "data", "model": "model", "heads": "heads", "theory": "theory", "svm": "svm", "train": "train",
-         "causal": "causal", "tensor": "tensor", "experiments.relu_head": "experiments",
+PAGES = {"linear": "linear", "data": "data", "model": "model", "heads": "heads", "theory": "theory", "svm": "svm",
+         "train": "train", "causal": "causal", "tensor": "tensor", "experiments.relu_head": "experiments",
          "experiments.svm_rank": "experiments", "book.plots": "book", "book.widgets": "book",
          "book.exercises": "book"}
 

@@ -271,7 +271,7 @@ def test_offset_accuracy_is_as_documented():
     for h in [1e-1, 1e-3, 1e-5, 1e-7]:
         for X, alpha in [(np.array([[1, -h], [1, h]]), np.array([0.5, 0.5])),
                          (np.array([[1, -h], [1, 2 * h]]), np.array([2, 1]) / 3)]:
-            error, estimate, size = error_and_estimate(X, alpha)
+            error, estimate, _ = error_and_estimate(X, alpha)
             assert error <= estimate
     assert error_and_estimate(np.array([[1, -1e-7], [1, 1e-7]]), np.array([0.5, 0.5]))[0] < 3e-9
     error, _, size = error_and_estimate(np.array([[1, -1e-7], [1, 2e-7]]), np.array([2, 1]) / 3)
@@ -293,5 +293,5 @@ def test_gd_residual_stays_bounded_on_nondegenerate_data():
     lr = 1 / linear.smoothness(X, y)
     record = np.array([10, 100, 1000, 10_000, 100_000])
     run = linear.gd(X, y, lr=lr, steps=100_000, record_at=record)
-    r = np.linalg.norm(linear.residual(X, y, run.w, record, solution=sol) - linear.offset(X, y, lr / 12), axis=1)
+    r = np.linalg.norm(linear.residual(X, y, run.w, record, solution=sol) - linear.offset(X, y, lr / len(y)), axis=1)
     assert (np.diff(r) < 0).all()
