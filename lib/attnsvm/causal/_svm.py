@@ -148,20 +148,21 @@ def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: floa
     ``C=None``: the hard-margin SVM, min ||W||_F s.t. every margin of ``separation_mask`` >= 1; raises
     svm.InfeasibleSVM (``.instances``: the infeasible batch indices) when no W exists.
     ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins, margin_c >= 1 - xi, with the objective
-    (1/2)||W||_F^2 + C sum xi (``"squared"``, solved exactly through its dual, a box-constrained QP) or paper C's
-    ||W||_F + C sum xi (``"norm"``, a second-order cone program). Both give the same family of solutions: the
-    "norm" solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for
+    (1/2)||W||_F^2 + C sum xi (``"squared"``) or paper C's ||W||_F + C sum xi (``"norm"``), both solved exactly on
+    the active set of Clarabel's interior-point solution. Both give the same family of solutions: the "norm"
+    solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for
     every C above ``penalty_threshold`` (the "squared" one at C ||W^mm||_F).
     ``slack``: "constraint" (default), one slack per constraint (i, k, t), the textbook soft margin; or "token",
     paper C's Definition 4.1 as printed, one slack xi_it per (sequence i, token t) shared by all queries k of
-    sequence i whose constraints involve token t (a cone program, accurate to about 1e-8).
+    sequence i whose constraints involve token t.
     ``return_multipliers``: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
     ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
     with sum of lam over the constraints of each (i, t) at most C (slack="token").
     The solvers are ``svm.soft_margin_svm``'s, on the problem's constraint rows. Refused before any work
     (ValueError): T = 1, tokens whose constraint Gram matrix overflows float64, or a dense constraint system above
-    MAX_BYTES. Raises svm.SolverError if the solution's relative duality gap exceeds ``svm.GAP_TOL`` (a badly
-    scaled problem or C).
+    MAX_BYTES. Every soft-margin answer is certified by its multipliers, its relative duality gap at most
+    ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off (``svm.soft_margin_svm``); raises svm.SolverError where no
+    candidate is certified, or where a hard-margin gap exceeds ``svm.GAP_TOL["hard"]``.
 
     Examples
     --------

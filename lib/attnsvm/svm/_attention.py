@@ -46,7 +46,7 @@ MEMORY = 2**31  # bytes: a problem whose constraint matrix would need more is re
 CLARABEL_TOL = {"fro": 1e-10, "nuc": 1e-9}  # Clarabel's gap and feasibility tolerances: QPs and SOCPs, the SDP
 CLARABEL_MAX_ITER = 500
 SCS_TOL, SCS_MAX_ITERS = 1e-9, 100_000
-GAP_TOL = {"hard": 1e-6, "soft": 1e-3}  # accepted relative duality gap of a hard or "squared" soft-margin solution
+GAP_TOL = {"hard": 1e-6, "soft": 1e-9}  # accepted relative duality gap (soft: plus round-off, `_soft_margin`)
 POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
 
 

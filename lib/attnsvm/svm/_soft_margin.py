@@ -10,13 +10,21 @@ and the soft-margin SVM adds slacks xi >= 0, a_c^T w >= 1 - xi_g(c), and C sum_g
 objective (1/2)||w||^2 + C sum xi ("squared", the textbook form) or ||w|| + C sum xi ("norm", paper C's form). A
 slack belongs to one constraint (groups=None) or is shared by a group of constraints (paper C's per-token slack).
 
-Every solver works with the Gram matrix G = A A^T, for Kronecker rows (D D^T) * (Z Z^T), and its factor B
-(B B^T = G): the rows of B have the same inner products as the rows a_c, so every SVM of B has the same
-multipliers lam and norms, and w = A^T lam is rebuilt from the multipliers. So the cost does not grow with p
-(d^2 for an attention SVM). The hard margin is the least-distance program of `_attention` (NNLS), accepted by the
-SVMs' one rule (`_attention._accepted`); the soft margins are Clarabel's quadratic and cone programs, polished on
-their active set, and the exact-penalty threshold is a linear program (HiGHS). Every solution is checked against
-its dual: a relative duality gap above GAP_TOL raises SolverError. The tolerances are those of `_attention`.
+Every solver works with the Gram matrix G = A A^T, for Kronecker rows (D D^T) * (Z Z^T), or a factor B (B B^T = G,
+the rows themselves where they have at most m entries): the rows of B have the same inner products as the rows a_c,
+so every SVM of B has the same multipliers lam and norms, and w = A^T lam is rebuilt from the multipliers. So the
+cost does not grow with p (d^2 for an attention SVM). The hard margin is the least-distance program of `_attention`
+(NNLS), accepted by the SVMs' one rule (`_attention._accepted`) and checked against its dual to GAP_TOL["hard"]; the
+exact-penalty threshold is a linear program (HiGHS). The soft margins start from Clarabel's interior-point solution;
+the KKT system on its active set is then solved exactly ("norm": with C' = C ||w|| from a quadratic equation), and
+every answer is certified by weak duality from its own multipliers. Its slacks are read off the margins of w, so w
+is feasible, and the gap P(w) - D(lam) to the dual bound of lam (in the dual set), sum lam - ||A^T lam||^2 / 2
+("squared") or sum lam / max(1, ||A^T lam||) ("norm"), with or without groups, is at most GAP_TOL["soft"] = 1e-9
+times P(w) plus the round-off of computing it: 16 eps times C ||w|| sum_c ||a_c|| (the margins in the slacks, each
+off by about eps ||a_c|| ||w||, cost C each) and ||A^T lam|| (or D) sum_c lam_c ||a_c|| (forming A^T lam), which
+adds as much as the 1e-9 relative only where these terms exceed about 3e5 P (large C). An answer not
+certified gives way to the next candidate (Clarabel's own, at its best scale); SolverError, stating the gap,
+where none is certified.
 """
 
 from __future__ import annotations
@@ -28,17 +36,18 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 from scipy import sparse
+from scipy.linalg import lstsq
 from scipy.optimize import linprog
 
 from .._checks import MAX_BYTES, as_tensor, boolean, budget, finite_result, number, option
-from ._attention import (CLARABEL_MAX_ITER, CLARABEL_TOL, GAP_TOL, POLISH_TOL, InfeasibleSVM, SolverError,
+from ._attention import (CLARABEL_MAX_ITER, CLARABEL_TOL, GAP_TOL, POLISH_TOL, SCALES, InfeasibleSVM, SolverError,
                          _accepted, _least_distance)
 
 __all__ = ["penalty_threshold", "soft_margin_svm", "OBJECTIVES", "SOLVER_FLOATS"]
 
 OBJECTIVES = ("squared", "norm")  # (1/2)||w||^2 + C sum xi (default), or paper C's ||w|| + C sum xi
 # peak memory of each solver, in dense floats per m^2 for m constraints (measured: NNLS, Clarabel, HiGHS)
-SOLVER_FLOATS = {"hard": 6, "squared": 10, "norm": 28, "token": 22, "threshold": 30}
+SOLVER_FLOATS = {"hard": 6, "squared": 12, "norm": 28, "token": 24, "threshold": 30}
 
 
 @dataclass(frozen=True)
@@ -122,228 +131,371 @@ def _hard(rows: _Rows):
     return W / divisor, lam / divisor
 
 
-def _clarabel(P, q, A, b, cones, what: str, C: float):
-    """Clarabel's solution of min (1/2) x^T P x + q^T x s.t. b - A x in the cones, to the library's tolerances."""
+def _clarabel(P, q, A, b, cones):
+    """Clarabel's solution of min (1/2) x^T P x + q^T x s.t. b - A x in the cones, to the library's tolerances (a
+    start for the polish, which does not need them met), or None where it is not finite."""
     settings = clarabel.DefaultSettings()
     settings.verbose = False
     settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = CLARABEL_TOL["fro"]
     settings.max_iter = CLARABEL_MAX_ITER
     solution = clarabel.DefaultSolver(P, q, A, b, cones, settings).solve()
-    if str(solution.status) not in ("Solved", "AlmostSolved"):
-        raise SolverError(f"Clarabel stopped with status {solution.status} on {what}: with C={C:g} far from 1, or "
-                          f"the rows far from size 1, the program is badly scaled (choose C nearer 1 or rescale "
-                          f"the rows)")
-    return solution
+    finite = all(np.isfinite(np.asarray(part)).all() for part in (solution.x, solution.z, solution.s))
+    return solution if finite else None
 
 
-def _box_start(G: np.ndarray, C: float) -> np.ndarray:
-    """Clarabel's approximate argmin_lam (1/2) lam^T G lam - 1^T lam s.t. 0 <= lam <= C (the soft-margin dual)."""
+def _group_sums(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The sum of values over each slack group."""
+    return np.bincount(groups, values, minlength=int(groups.max()) + 1)
+
+
+def _dual_feasible(lam: np.ndarray, groups: np.ndarray, C: float) -> np.ndarray:
+    """lam moved into the dual set: lam >= 0, and a group whose sum exceeds C scaled down to C."""
+    lam = np.maximum(lam, 0.0)
+    sums = _group_sums(lam, groups)
+    return lam * np.where(sums > C, C / np.where(sums > C, sums, 1.0), 1.0)[groups]
+
+
+def _interior(rows: _Rows, G: np.ndarray, groups: np.ndarray, C: float, objective: str):
+    """Clarabel's approximate solution of the soft-margin SVM in a factor space, or None: with B B^T = G, min
+    (1/2)||y||^2 or s + C sum_g xi_g s.t. B y + xi_g(c) >= 1, xi >= 0 (and ||y|| <= s for "norm"). B is the rows
+    themselves where they have at most m entries (y = vec W), else the eigenvectors of G scaled by the roots of its
+    eigenvalues above round-off (W = A^T B Lambda^-1 y). Returns (W, lam, surplus, xi): its primal W, the multipliers
+    lam of the margins, surplus = B y + xi_g(c) - 1 and xi. For "squared" with m >= 500 and B of more than m / 6
+    columns its dual in lam is faster (up to 10 times at m = 1000), and W = A^T lam."""
+    (m, d), e = rows.deltas.shape, rows.queries.shape[1]
+    if d * e <= m:
+        B = np.einsum("cd,ce->cde", rows.deltas, rows.queries).reshape(m, d * e)
+    else:
+        B = _factor(G)
+        energy = (B ** 2).sum(0)  # the eigenvalues of G
+        B = B[:, energy > m * np.finfo(float).eps * energy.max()]
+    r, g, norm = B.shape[1], int(groups.max()) + 1, int(objective == "norm")
+    share = sparse.csc_matrix((np.ones(m), (np.arange(m), groups)), shape=(m, g))
+    if not norm and 6 * r > m >= 500:  # the dual: min (1/2) lam^T G lam - 1^T lam, lam >= 0, sum_g lam <= C
+        solution = _clarabel(sparse.triu(sparse.csc_matrix(G)).tocsc(), -np.ones(m),
+                             sparse.vstack([-sparse.identity(m), share.T]).tocsc(),
+                             np.concatenate([np.zeros(m), np.full(g, C)]), [clarabel.NonnegativeConeT(m + g)])
+        if solution is None:
+            return None
+        lam, z = _dual_feasible(np.asarray(solution.x), groups, C), np.asarray(solution.z)
+        return rows.combine(lam), lam, z[:m], z[m:]  # the multipliers of lam >= 0: surplus; of the sums: xi
+    blocks = [sparse.hstack([-sparse.csc_matrix(B), sparse.csc_matrix((m, norm)), -share]),  # B y + xi >= 1
+              sparse.hstack([sparse.csc_matrix((g, r + norm)), -sparse.identity(g)])]  # xi >= 0
+    cones = [clarabel.NonnegativeConeT(m + g)]
+    if norm:  # (s, y) in the second-order cone: ||y|| <= s
+        blocks += [sparse.hstack([sparse.csc_matrix((1, r)), -sparse.identity(1), sparse.csc_matrix((1, g))]),
+                   sparse.hstack([-sparse.identity(r), sparse.csc_matrix((r, 1 + g))])]
+        cones.append(clarabel.SecondOrderConeT(1 + r))
+    quadratic = sparse.block_diag([sparse.identity(r) * (1 - norm), sparse.csc_matrix((norm + g,) * 2)]).tocsc()
+    solution = _clarabel(quadratic, np.concatenate([np.zeros(r), np.ones(norm), np.full(g, C)]),
+                         sparse.vstack(blocks).tocsc(), np.concatenate([-np.ones(m), np.zeros(g + norm * (1 + r))]),
+                         cones)
+    if solution is None:
+        return None
+    x = np.asarray(solution.x)
+    W = x[:r].reshape(d, e) if d * e <= m else rows.combine((B / (B ** 2).sum(0)) @ x[:r])
+    return W, _dual_feasible(np.asarray(solution.z)[:m], groups, C), np.asarray(solution.s)[:m], x[r + norm:]
+
+
+def _partition(groups: np.ndarray, C: float, lam: np.ndarray, surplus: np.ndarray, xi: np.ndarray):
+    """The active set (support, saturated) of an interior-point solution for the penalty C: multipliers lam,
+    margin surpluses margin_c - 1 + xi_g(c) >= 0 and group slacks xi >= 0, complementary up to its tolerance. A
+    constraint is in the support (lam > 0, surplus 0) where lam / C exceeds its surplus, a group saturated (xi > 0,
+    its lam summing to C) where xi exceeds its unused share 1 - sum lam / C; a saturated group keeps its lowest
+    margin in the support."""
+    saturated = xi > 1.0 - _group_sums(lam, groups) / C
+    lowest = np.full(saturated.size, np.inf)
+    np.minimum.at(lowest, groups, surplus)
+    return (lam / C > surplus) | saturated[groups] & (surplus == lowest[groups]), saturated
+
+
+def _kkt_solve(G: np.ndarray, groups: np.ndarray, support: np.ndarray, saturated: np.ndarray, margins: np.ndarray,
+               sums: np.ndarray, near: np.ndarray | None = None):
+    """The KKT equations of the "squared" form on an active set, G_SS lam_S + xi_g(c) = margins_c on the support and
+    sum_{c in g} lam_c = sums_g on the saturated groups (lam = 0 off the support, xi = 0 on the other groups), for
+    right-hand sides margins (m, q) and sums (groups, q). A saturated group with one constraint in the support fixes
+    its lam to sums_g and its xi by its equation; the rest is a rank-revealing least-squares solve (dependent rows,
+    copies of a constraint), the solution nearest to near (m + groups, q; default 0). Returns x = (lam, xi)
+    (m + groups, q) and the residual of the margin equations (m, q; 0 where they have a solution)."""
+    m, q = len(G), margins.shape[1]
+    count = _group_sums(support.astype(float), groups)
+    sole = np.flatnonzero(support & (saturated & (count == 1))[groups])
+    s, k = np.flatnonzero(support & ~(saturated & (count == 1))[groups]), np.flatnonzero(saturated & (count > 1))
+    E = (groups[s][:, None] == k[None, :]).astype(float)
+    K = np.block([[G[np.ix_(s, s)], E], [E.T, np.zeros((len(k), len(k)))]])
+    x = np.zeros((m + saturated.size, q))
+    x[sole] = sums[groups[sole]]
+    rhs = np.concatenate([margins[s] - G[np.ix_(s, sole)] @ x[sole], sums[k]])
+    z = np.zeros_like(rhs) if near is None else np.concatenate([near[s], near[m + k]])
+    if len(z):
+        z = z + lstsq(K, rhs - K @ z, cond=np.finfo(float).eps * len(z), lapack_driver="gelsy")[0]
+    x[s], x[m + k] = z[:len(s)], z[len(s):]
+    x[m + groups[sole]] = margins[sole] - G[sole] @ x[:m]
+    residual = np.zeros((m, q))
+    residual[s] = (rhs - K @ z)[:len(s)]
+    return x, residual
+
+
+def _affine(G: np.ndarray, groups: np.ndarray, x: np.ndarray, C: float, support: np.ndarray,
+            saturated: np.ndarray):
+    """The "squared" form's KKT system on the active set (`_kkt_solve`) for every penalty C' at once: (p, r) with
+    x(C') = p + C' r = (lam, xi), margins 1 - xi_g on the support and sums C' on the saturated groups, x(C) the
+    solution nearest to x."""
+    m, g = len(G), saturated.size
+    margins, sums = np.stack([np.ones(m), np.zeros(m)], axis=1), np.stack([np.full(g, C), np.ones(g)], axis=1)
+    here, r = _kkt_solve(G, groups, support, saturated, margins, sums, np.stack([x, np.zeros_like(x)], 1))[0].T
+    return here - C * r, r
+
+
+def _moved(G: np.ndarray, groups: np.ndarray, C: float, x: np.ndarray, support: np.ndarray,
+           saturated: np.ndarray):
+    """The active set after moving what breaks the KKT conditions of x = (lam, xi) for C (margins to POLISH_TOL
+    relative, multipliers to POLISH_TOL C): out of the support where lam < 0 or the margin is above its target
+    1 - xi_g, into it where the margin is below; a group released where xi < 0, saturated where its lam sum above
+    C or a margin of its support below 1. None where nothing breaks them: x solves the "squared" form for C."""
     m = len(G)
-    box = sparse.vstack([-sparse.identity(m), sparse.identity(m)]).tocsc()
-    solution = _clarabel(sparse.triu(sparse.csc_matrix(G)).tocsc(), -np.ones(m), box,
-                         np.concatenate([np.zeros(m), np.full(m, C)]), [clarabel.NonnegativeConeT(2 * m)],
-                         "the soft-margin dual", C)
-    return np.clip(np.asarray(solution.x), 0.0, C)
-
-
-def _box_qp(G: np.ndarray, C: float) -> np.ndarray:
-    """The soft-margin dual's exact solution: `_box_start`, then polished on its active set (`_polished`)."""
-    return _polished(G, _box_start(G, C), C, lambda p, r: [C])[0]
-
-
-def _partition(G: np.ndarray, C: float, lam: np.ndarray):
-    """The active set (low, high) of approximate multipliers lam for the penalty C, by the margins G lam: low
-    (lam = 0) where the margin exceeds 1 + 1e-6, high (lam = C) where it is below 1 - 1e-6, and within 1e-6 of one
-    by the multipliers (low at lam <= 1e-7 C, high at lam >= (1 - 1e-7) C, free otherwise)."""
-    margin = G @ lam
-    tie = np.abs(margin - 1) <= 1e-6 * max(1.0, np.abs(margin).max())
-    return (margin > 1) & ~tie | tie & (lam <= 1e-7 * C), (margin < 1) & ~tie | tie & (lam >= (1 - 1e-7) * C)
-
-
-def _affine(G: np.ndarray, lam: np.ndarray, low: np.ndarray, high: np.ndarray):
-    """The soft-margin KKT system on the active set (low, high), for every penalty at once: (p, r) with
-    lam(C') = p + C' r, lam_high = C', lam_low = 0, and the free multipliers solving G_FF lam_F = 1 - C' G_FH 1
-    (margin exactly one). Where G_FF is singular (copies of a constraint) these solutions are an affine set and
-    lam_F is its point nearest to lam_F (a least-squares step); `_polished` moves any that leave the box."""
-    free = ~(low | high)
-    p, r = np.zeros(len(G)), high.astype(float)
-    if free.any():
-        G_FF = G[np.ix_(free, free)]
-        rhs = np.stack([1.0 - G_FF @ lam[free], -G[np.ix_(free, high)].sum(1)], axis=1)
-        step, r[free] = np.linalg.lstsq(G_FF, rhs, rcond=None)[0].T
-        p[free] = lam[free] + step
-    return p, r
-
-
-def _violations(G: np.ndarray, C: float, lam: np.ndarray, low: np.ndarray, high: np.ndarray):
-    """The constraints that break the soft-margin KKT conditions for C on this active set (margins to POLISH_TOL):
-    (free below 0, free above C, low with margin < 1, high with margin > 1), all empty at a solution."""
-    free = ~(low | high)
+    lam, xi = x[:m], x[m:]
     margin = G @ lam
     tol = POLISH_TOL * max(1.0, np.abs(margin).max())
-    return free & (lam < 0), free & (lam > C), low & (margin < 1 - tol), high & (margin > 1 + tol)
+    off = margin - (1.0 - xi[groups])
+    drop, add = support & ((lam < -POLISH_TOL * C) | (off > tol)), ~support & (off < -tol)
+    release = saturated & (xi < -tol)
+    fill = ~saturated & ((_group_sums(lam, groups) > (1 + POLISH_TOL) * C)
+                         | (_group_sums((support & (off < -tol)).astype(float), groups) > 0))
+    if not (drop.any() or add.any() or release.any() or fill.any()):
+        return None
+    return support & ~drop | add, saturated & ~release | fill
 
 
-def _polished(G: np.ndarray, lam: np.ndarray, C: float, penalties):
-    """(lam, C') solving the soft-margin KKT conditions exactly for a penalty C' in penalties(p, r) (the
-    candidates on each active set lam = p + C' r), by an active-set iteration from the approximate multipliers lam
-    for C: the constraints that break the conditions move between the sets (free ones out of the box to their
-    bound, bound ones on the wrong side of the margin to the free set), at most 50 times and never back to an
-    active set already tried. Raises SolverError where it does not converge."""
-    low, high = _partition(G, C, lam)
-    seen = set()
+def _descended(G: np.ndarray, groups: np.ndarray, C: float, lam: np.ndarray, support: np.ndarray,
+               saturated: np.ndarray):
+    """The primal active-set method for the "squared" form's dual at C, min (1/2) lam^T G lam - 1^T lam s.t.
+    lam >= 0 and sum_{c in g} lam_c <= C, from the feasible point nearest lam on the working set (lam = 0 off the
+    support, the sum C on the saturated groups). Each step solves the KKT system on the working set and moves
+    toward its solution until a constraint blocks (it joins the working set); at the solution the constraint whose
+    multiplier is most negative leaves (margins to POLISH_TOL relative). Where dependent rows leave the system
+    without a solution, its least-squares residual (projected to keep the saturated sums) is a direction along
+    which the objective falls linearly until a constraint blocks. One change per step, so it cannot cycle between
+    block moves as `_settled` can. (x, support, saturated, p, r) as `_settled`, or None after 10 (m + groups)
+    steps."""
+    m = len(G)
+    lam = _dual_feasible(np.where(support, lam, 0.0), groups, C)
+    sums = _group_sums(lam, groups)
+    saturated = saturated & (sums > 0)
+    lam = lam * np.where(saturated, C / np.where(saturated, sums, 1.0), 1.0)[groups]
+    for _ in range(10 * (m + saturated.size)):
+        solution, residual = _kkt_solve(G, groups, support, saturated, np.ones((m, 1)),
+                                        np.full((saturated.size, 1), C))
+        target, direction = solution[:m, 0], residual[:, 0]
+        direction -= np.where(support & saturated[groups], (_group_sums(direction, groups) / np.maximum(
+            _group_sums(support.astype(float), groups), 1.0))[groups], 0.0)
+        if np.linalg.norm(direction) > POLISH_TOL * np.sqrt(support.sum()):
+            full = np.inf  # no solution: move along the residual
+        else:
+            direction, full = target - lam, 1.0
+        falling, rising = direction < 0, _group_sums(direction, groups) > 0
+        limits = np.r_[np.where(support & falling, lam / np.where(falling, -direction, 1.0), np.inf),
+                       np.where(~saturated & rising, (C - _group_sums(lam, groups))
+                                / np.where(rising, _group_sums(direction, groups), 1.0), np.inf), full]
+        block = int(np.argmin(limits))
+        if limits[block] == np.inf:
+            return None
+        lam = np.maximum(lam + max(limits[block], 0.0) * direction, 0.0)
+        if block < m:
+            support[block], lam[block] = False, 0.0
+        elif block < m + saturated.size:
+            saturated[block - m] = True
+        else:  # at the solution on the working set: its multipliers
+            xi = solution[m:, 0] * saturated
+            margin = G @ lam
+            slack = np.r_[np.where(support, np.inf, margin - 1 + xi[groups]), np.where(saturated, xi, np.inf)]
+            worst = int(np.argmin(slack))
+            if slack[worst] >= -POLISH_TOL * max(1.0, np.abs(margin).max()):
+                p, r = _affine(G, groups, np.r_[lam, xi], C, support, saturated)
+                return p + C * r, support, saturated, p, r
+            if worst < m:
+                support[worst] = True
+            else:
+                saturated[worst - m] = False
+    return None
+
+
+def _settled(G: np.ndarray, groups: np.ndarray, C: float, x: np.ndarray, support: np.ndarray,
+             saturated: np.ndarray):
+    """The "squared" form's exact solution for C by an active-set iteration from x = (lam, xi) on the active set
+    (support, saturated): what breaks the KKT conditions moves (`_moved`), at most 50 times and never back to an
+    active set already tried; where that fails, the primal active-set method (`_descended`) from the same start.
+    (x, support, saturated, p, r) with x = p + C r (`_affine`), or None."""
+    m, seen, start = len(G), set(), (x[:len(G)].copy(), support.copy(), saturated.copy())
     for _ in range(50):
-        seen.add((low.tobytes(), high.tobytes()))
-        p, r = _affine(G, lam, low, high)
-        candidates = [Cp for Cp in penalties(p, r) if Cp > 0]
+        saturated = saturated & (_group_sums(support.astype(float), groups) > 0)
+        if (support.tobytes(), saturated.tobytes()) in seen:
+            break
+        seen.add((support.tobytes(), saturated.tobytes()))
+        p, r = _affine(G, groups, x, C, support, saturated)
+        x = p + C * r
+        moved = _moved(G, groups, C, x, support, saturated)
+        if moved is None:
+            return x, support, saturated, p, r
+        support, saturated = moved
+        x[:m] = _dual_feasible(x[:m], groups, C)
+    return _descended(G, groups, C, *start)
+
+
+def _polished(G: np.ndarray, groups: np.ndarray, start, C: float, penalties=None):
+    """(lam, C') solving the "squared" form's KKT conditions exactly, from an interior-point solution
+    start = (lam, surplus, xi) for the penalty C (`_partition`), for C' = C (penalties None) or for a penalty C' in
+    penalties(p, r) (the candidates on an active set where x = (lam, xi) = p + C' r). The exact solution for C
+    comes first (`_settled`); on its active set the first candidate C' whose x meets the KKT conditions is the
+    answer, else the exact solution for the first candidate is next, at most 20 times. None where this fails."""
+    m = len(G)
+    support, saturated = _partition(groups, C, *start)
+    x, tried = np.r_[start[0], np.zeros(saturated.size)], {C}
+    for _ in range(20):
+        settled = _settled(G, groups, C, x, support, saturated)
+        if settled is None:
+            return None
+        x, support, saturated, p, r = settled
+        if penalties is None:
+            return x[:m], C
+        candidates = [Cp for Cp in penalties(p[:m], r[:m]) if Cp > 0]
         for Cp in candidates:
-            lam = p + Cp * r
-            below, above, under, over = _violations(G, Cp, lam, low, high)
-            if not (below.any() or above.any() or under.any() or over.any()):
-                return np.clip(lam, 0.0, Cp), Cp
-        if not candidates:
-            break
-        lam, C = p + candidates[0] * r, candidates[0]
-        below, above, under, over = _violations(G, C, lam, low, high)
-        low, high = (low | below) & ~under, (high | above) & ~over
-        lam = np.clip(lam, 0.0, C)
-        if (low.tobytes(), high.tobytes()) in seen:
-            break
-    raise SolverError("the soft-margin SVM's active-set iteration did not reach a solution that meets its KKT "
-                      "conditions: the rows are badly scaled or nearly dependent; rescale them to entries near 1 or "
-                      "choose C nearer 1")
+            if _moved(G, groups, Cp, p + Cp * r, support, saturated) is None:
+                return (p + Cp * r)[:m], Cp
+        if not candidates or candidates[0] in tried:
+            return None
+        C = candidates[0]
+        tried.add(C)
+        x = p + C * r
+        x[:m] = _dual_feasible(x[:m], groups, C)
+    return None
 
 
-def _norm_objective(rows: _Rows, C: float):
-    """Paper C's form min ||W||_F + C sum xi. Returns (W, lam) with W = ||W||_F A^T lam and 0 <= lam <= C.
-
-    W = 0 exactly when C ||A^T 1|| <= 1 (then lam = C: every margin is 0). Otherwise N = ||W|| > 0 and the KKT
-    conditions, W / N = A^T lam with 0 <= lam <= C, are those of the "squared" form for C' = C N, with multipliers
-    N lam. A second-order cone program in the factor space B (B B^T = G, so ||W||_F = ||y||; variables (y, s, xi),
-    min s + C 1^T xi s.t. B y + xi >= 1, xi >= 0, ||y|| <= s) gives N to about 1e-5 relative, and the box QP of the
-    squared form for C N an active set. On an active set the squared form's multipliers are affine in C'
-    (p + C' r, `_affine`), so N = ||A^T (p + C N r)|| is a quadratic equation in N, solved exactly; a root whose
-    multipliers pass the KKT test for C N is the solution, and otherwise the violating constraints move between
-    the sets (`_polished`). SolverError where that iteration fails: never an unverified answer.
-    """
+def _candidates(rows: _Rows, C: float, objective: str, groups: np.ndarray):
+    """The soft-margin solutions (W, lam) worth certifying, best first: the exact solution on the active set of
+    Clarabel's (`_interior`, `_polished`); Clarabel's own primal W with its multipliers lam; and W = A^T lam."""
     G = rows.gram()
-    ones = np.ones(len(G))
-    if C * np.sqrt(max(ones @ G @ ones, 0.0)) <= 1:
-        return np.zeros((rows.deltas.shape[1], rows.queries.shape[1])), np.full(len(G), C)
-    B = _factor(G)
-    m = len(B)
-    eye, zero_m, zero_1 = sparse.identity(m, format="csc"), sparse.csc_matrix((m, m)), sparse.csc_matrix((m, 1))
-    # Clarabel's form: A x + slack = b with the slack in the cones; x = (y, s, xi)
-    A = sparse.vstack([
-        sparse.hstack([-sparse.csc_matrix(B), zero_1, -eye]),  # slack = B y + xi - 1 >= 0
-        sparse.hstack([zero_m, zero_1, -eye]),  # slack = xi >= 0
-        sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, m))]),  # (s, y) in
-        sparse.hstack([-eye, zero_1, zero_m]),  # the second-order cone: ||y|| <= s
-    ]).tocsc()
-    b = np.concatenate([-np.ones(m), np.zeros(m), np.zeros(1 + m)])
-    q = np.concatenate([np.zeros(m), [1.0], np.full(m, C)])
-    solution = _clarabel(sparse.csc_matrix((2 * m + 1, 2 * m + 1)), q, A, b,
-                         [clarabel.NonnegativeConeT(2 * m), clarabel.SecondOrderConeT(1 + m)],
-                         "paper C's soft-margin SVM", C)
-    norm = max(np.linalg.norm(np.asarray(solution.x)[:m]), 1e-300)
+    start = _interior(rows, G, groups, C, objective)
+    if start is None:
+        return
+    W_interior, lam, surplus, xi = start
+    if objective == "squared":
+        polished = _polished(G, groups, (lam, surplus, xi), C)
+    else:  # paper C's form for C is the "squared" one for C' = C ||W||, with multipliers lam C' / C
+        norm = np.linalg.norm(W_interior)
 
-    def penalties(p, r):  # C' = C N for the positive roots N of N^2 = ||A^T (p + C N r)||^2, largest first
-        Gp, Gr = G @ p, G @ r
-        roots = np.roots([1.0 - C * C * (r @ Gr), -2.0 * C * (p @ Gr), -(p @ Gp)])
-        return C * np.sort(roots[np.isreal(roots)].real)[::-1]
+        def penalties(p, r):  # C' = C N for the positive roots N of N^2 = ||A^T p + C N A^T r||^2
+            p, r = rows.combine(p), rows.combine(r)
+            coefficients = np.array([1.0 - C * C * (r * r).sum(), -2.0 * C * (p * r).sum(), -(p * p).sum()])
+            roots = np.roots(coefficients) if np.isfinite(coefficients).all() else np.zeros(0)
+            return C * np.sort(roots[np.isreal(roots)].real)[::-1]
 
-    lam_sq, C_sq = _polished(G, _box_start(G, C * norm), C * norm, penalties)
-    return rows.combine(lam_sq), np.clip(lam_sq * (C / C_sq), 0.0, C)
+        polished = _polished(G, groups, (norm * lam, surplus, xi), C * norm, penalties)
+    if polished is not None:
+        lam_squared, C_squared = polished
+        yield rows.combine(lam_squared), _dual_feasible(lam_squared * (C / C_squared), groups, C)
+    yield W_interior, lam
+    yield rows.combine(lam), lam
 
 
-def _grouped_slack(rows: _Rows, groups: np.ndarray, C: float, objective: str):
-    """One slack xi_g per group g of constraints (paper C's Definition 4.1 as printed: per (sequence i, token t)),
-    min (1/2)||W||_F^2 or ||W||_F + C sum_g xi_g s.t. margin_c >= 1 - xi_g(c), xi >= 0. Returns (W, lam) with
-    W = A^T lam ("squared") or W = ||W||_F A^T lam ("norm"), lam >= 0 and sum_{c in g} lam_c <= C.
+def _best_scale(rows: _Rows, W: np.ndarray, C: float, objective: str, groups: np.ndarray) -> np.ndarray:
+    """t W for the t >= 0 that minimizes the objective along W, (1/2) t^2 ||W||^2 or t ||W||, + C sum_g
+    max(0, 1 - t nu_g) with nu_g the smallest margin of group g. It is convex and smooth between the breakpoints
+    t = 1 / nu_g, so its minimum is where its slope, t ||W||^2 or ||W||, minus C times the sum of nu_g over the
+    groups with t nu_g < 1, turns >= 0 (a margin short of 1 by round-off costs C times the shortfall; t > 1 by as
+    much removes it)."""
+    norm = np.linalg.norm(W)
+    if norm == 0:
+        return W
+    nu = np.full(int(groups.max()) + 1, np.inf)
+    np.minimum.at(nu, groups, rows.margins(W))
+    breaks = np.sort(1.0 / nu[nu > 0])
+    pulls = C * (nu.sum() - np.concatenate([[0.0], np.cumsum(1.0 / breaks)]))  # C sum nu_g on each piece
+    ends = np.concatenate([[0.0], breaks, [np.inf]])
+    for k, pull in enumerate(pulls):
+        t = pull / norm ** 2 if objective == "squared" else ends[k] if pull <= norm else np.inf
+        if t <= ends[k + 1]:
+            return max(t, ends[k]) * W
+    return W
 
-    Solved by Clarabel in the factor space B (B B^T = G): variables (y, s, xi) with margins B y (s and the
-    second-order cone ||y|| <= s only for "norm"); W is rebuilt from the multipliers of the margin constraints.
-    """
-    B = _factor(rows.gram())
-    m = len(B)
-    g = int(groups.max()) + 1
-    P = sparse.csc_matrix((np.ones(m), (np.arange(m), groups)), shape=(m, g))
-    norm = objective == "norm"
-    s_col = [sparse.csc_matrix((m, 1))] if norm else []
-    blocks = [sparse.hstack([-sparse.csc_matrix(B)] + s_col + [-P]),  # slack = B y + P xi - 1 >= 0
-              sparse.hstack([sparse.csc_matrix((g, m + norm)), -sparse.identity(g)])]  # slack = xi >= 0
-    b = [-np.ones(m), np.zeros(g)]
-    cones = [clarabel.NonnegativeConeT(m + g)]
-    if norm:
-        blocks += [sparse.hstack([sparse.csc_matrix((1, m)), -sparse.identity(1), sparse.csc_matrix((1, g))]),
-                   sparse.hstack([-sparse.identity(m), sparse.csc_matrix((m, 1 + g))])]  # (s, y) in the cone
-        b.append(np.zeros(1 + m))
-        cones.append(clarabel.SecondOrderConeT(1 + m))
-        quadratic = sparse.csc_matrix((m + 1 + g,) * 2)
-        q = np.concatenate([np.zeros(m), [1.0], np.full(g, C)])
+
+def _certificate(rows: _Rows, W: np.ndarray, lam: np.ndarray, C: float, objective: str, groups: np.ndarray):
+    """(gap, allowed) of a soft-margin solution W and multipliers lam: the duality gap P(W) - D(lam) (weak duality
+    puts the optimum in [D, P] for lam in the dual set, lam >= 0 summing to at most C over each group),
+    D = sum lam - (1/2)||A^T lam||^2 ("squared") or sum lam / max(1, ||A^T lam||) ("norm": lam / max(1,
+    ||A^T lam||) is in the dual set), and the gap a certified solution may have: GAP_TOL["soft"] P plus 16 eps times
+    the terms whose rounding it sums (the margins in the slacks, C ||W|| sum_c ||a_c||, and A^T lam in D,
+    s sum_c lam_c ||a_c||, s = ||A^T lam|| or D). The gap is inf (not certified) where lam is outside the dual set
+    (its sums to round-off) or W off the identity W = s A^T lam (s = 1, "squared", or ||W||, "norm") by more than
+    GAP_TOL["soft"] ||W|| plus 16 eps s sum_c lam_c ||a_c||."""
+    size = np.linalg.norm(rows.deltas, axis=1) * np.linalg.norm(rows.queries, axis=1)  # ||a_c||
+    xi = np.zeros(int(groups.max()) + 1)
+    np.maximum.at(xi, groups, np.maximum(0.0, 1.0 - rows.margins(W)))
+    combined, eps = rows.combine(lam), np.finfo(float).eps
+    norm, norm_combined = np.linalg.norm(W), np.linalg.norm(combined)
+    if objective == "squared":
+        primal, dual, factor = 0.5 * norm ** 2 + C * xi.sum(), lam.sum() - 0.5 * norm_combined ** 2, 1.0
+        scale = norm_combined
     else:
-        quadratic = sparse.block_diag([sparse.identity(m), sparse.csc_matrix((g, g))]).tocsc()
-        q = np.concatenate([np.zeros(m), np.full(g, C)])
-    solution = _clarabel(quadratic, q, sparse.vstack(blocks).tocsc(), np.concatenate(b), cones,
-                         "the soft-margin SVM with shared slacks", C)
-    lam = np.clip(np.asarray(solution.z)[:m], 0.0, C)
-    W = rows.combine(lam)
-    if norm:
-        W = np.linalg.norm(np.asarray(solution.x)[:m]) * W
-    return W, lam
+        primal, dual, factor = norm + C * xi.sum(), lam.sum() / max(1.0, norm_combined), norm
+        scale = dual
+    allowed = GAP_TOL["soft"] * primal + 16 * eps * (C * norm * size.sum() + scale * (size @ lam))
+    identity = np.linalg.norm(W - factor * combined) <= GAP_TOL["soft"] * norm + 16 * eps * factor * (size @ lam)
+    dual_set = (lam >= 0).all() and (_group_sums(lam, groups) <= C * (1 + 16 * eps)).all()  # sums to round-off
+    return (primal - dual if dual_set and identity else np.inf), allowed
 
 
-def _check_solution(rows: _Rows, W: np.ndarray, lam: np.ndarray, C, objective: str, groups) -> None:
-    """Raise SolverError unless (W, lam) is optimal to GAP_TOL: the relative gap between the primal objective of W
-    and the dual objective of lam (weak duality makes it >= 0; it is 0 exactly at the optimum). Paper C's form
-    (objective="norm") is only checked here to beat W = 0: with one slack per constraint `_norm_objective` has
-    verified its KKT conditions; with shared slacks its cone program's multipliers certify W only loosely."""
+def _soft(rows: _Rows, C: float, objective: str, groups: np.ndarray | None):
+    """The first soft-margin solution (W, lam) of `_candidates`, or W at its best scale (`_best_scale`), that its
+    duality gap certifies (`_certificate`); SolverError, with the gap nearest to certified, where none is."""
+    groups = np.arange(len(rows)) if groups is None else groups
+    nearest = None
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow (C near the float64 limit) is not certified
+        for W, lam in _candidates(rows, C, objective, groups):
+            if not (np.isfinite(W).all() and np.isfinite(lam).all()):
+                continue
+            for W in (W, _best_scale(rows, W, C, objective, groups)):
+                gap, allowed = _certificate(rows, W, lam, C, objective, groups)
+                if gap <= allowed < np.inf:
+                    return W, lam
+                nearest = min(nearest or (np.inf, np.inf, allowed), (gap / allowed, gap, allowed))
+    size = float(np.max(np.linalg.norm(rows.deltas, axis=1) * np.linalg.norm(rows.queries, axis=1)))
+    advice = "" if 2.0 ** SCALES[0] <= size <= 2.0 ** SCALES[1] else \
+        f"; the rows have norms up to {size:.3g}, far from 1: rescale them to norms near 1"
+    reached = "Clarabel returned no finite solution to start from" if nearest is None else \
+        f"the duality gap nearest to certified was {nearest[1]:.3g}, above the {nearest[2]:.3g} allowed " \
+        f"(GAP_TOL['soft'] relative, plus round-off)"
+    raise SolverError(f"the soft-margin SVM with C={C:g} reached no certified solution: {reached}{advice}")
+
+
+def _check_hard(rows: _Rows, W: np.ndarray, lam: np.ndarray) -> None:
+    """Raise SolverError unless the hard-margin solution (W, lam) is optimal to GAP_TOL["hard"]: the relative gap
+    between the primal objective of W and the dual objective of lam."""
     if not (np.isfinite(W).all() and np.isfinite(lam).all()):
         raise SolverError("the SVM solver returned a non-finite solution: the rows are badly scaled, rescale them "
                           "to entries near 1")
-    if len(rows) == 0:
-        return
-    mu, combined = rows.margins(W), rows.combine(lam)
-    if C is None:
-        kind, primal, dual = "hard", 0.5 * (W ** 2).sum(), lam.sum() - 0.5 * (combined ** 2).sum()
-    else:
-        groups = np.arange(len(rows)) if groups is None else groups
-        xi = np.zeros(int(groups.max()) + 1)
-        np.maximum.at(xi, groups, np.maximum(0.0, 1.0 - mu))
-        if objective == "norm":
-            if not np.linalg.norm(W) + C * xi.sum() <= C * len(xi) * (1 + 1e-9):
-                raise SolverError(f"the soft-margin SVM solution is worse than W = 0: the rows are badly scaled; "
-                                  f"rescale them to entries near 1 or choose C={C:g} nearer 1")
-            return
-        kind, primal, dual = "soft", 0.5 * (W ** 2).sum() + C * xi.sum(), lam.sum() - 0.5 * (combined ** 2).sum()
+    primal, dual = 0.5 * (W ** 2).sum(), lam.sum() - 0.5 * (rows.combine(lam) ** 2).sum()
     gap = abs(primal - dual) / max(abs(primal), 1e-300)
-    if not gap <= GAP_TOL[kind]:
+    if not gap <= GAP_TOL["hard"]:
         scale = float(np.abs(rows.deltas).max() * np.abs(rows.queries).max())
-        hint = "" if C is None else f" or choose C={C:g} nearer 1"
-        raise SolverError(f"the {kind}-margin SVM solution is not optimal to tolerance (relative duality gap "
-                          f"{gap:.2g} > {GAP_TOL[kind]:g}): the rows are badly scaled (products of entries up to "
-                          f"{scale:.3g}); rescale them to entries near 1{hint}")
+        raise SolverError(f"the hard-margin SVM solution is not optimal to tolerance (relative duality gap "
+                          f"{gap:.2g} > {GAP_TOL['hard']:g}): the rows are badly scaled (products of entries up to "
+                          f"{scale:.3g}); rescale them to entries near 1")
 
 
 def _solve(rows: _Rows, C, objective: str, groups):
-    """(W, lam) of the SVM of checked arguments, checked against its dual; InfeasibleSVM for a hard margin that
-    does not exist."""
+    """(W, lam) of the SVM of checked arguments, certified by its dual; InfeasibleSVM for a hard margin that does
+    not exist."""
     if len(rows) == 0:
         return np.zeros((rows.deltas.shape[1], rows.queries.shape[1])), np.zeros(0)
-    if C is None:
-        solution = _hard(rows)
-        if solution is None:
-            raise InfeasibleSVM(f"the hard-margin SVM is infeasible: no w satisfies all {len(rows)} constraints "
-                                f"a_c^T w >= 1 of rows (or only one with ||w|| > MAX_NORM, as for rows of tiny "
-                                f"entries: rescale them to entries near 1); pass C for a soft margin", [0])
-    elif groups is not None:
-        solution = _grouped_slack(rows, groups, C, objective)
-    elif objective == "squared":
-        lam = _box_qp(rows.gram(), C)
-        solution = rows.combine(lam), lam
-    else:
-        solution = _norm_objective(rows, C)
-    _check_solution(rows, *solution, C, objective, groups)
+    if C is not None:
+        return _soft(rows, C, objective, groups)
+    solution = _hard(rows)
+    if solution is None:
+        raise InfeasibleSVM(f"the hard-margin SVM is infeasible: no w satisfies all {len(rows)} constraints "
+                            f"a_c^T w >= 1 of rows (or only one with ||w|| > MAX_NORM, as for rows of tiny "
+                            f"entries: rescale them to entries near 1); pass C for a soft margin", [0])
+    _check_hard(rows, *solution)
     return solution
 
 
@@ -395,18 +547,20 @@ def soft_margin_svm(rows: ArrayLike | tuple[ArrayLike, ArrayLike], C: float | No
 
     ``C=None``: the hard-margin SVM, min ||w|| s.t. every margin >= 1; raises InfeasibleSVM when no w exists
     (or only one of norm above ``MAX_NORM``). ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins,
-    margin_c >= 1 - xi, with the objective (1/2)||w||^2 + C sum xi (``objective="squared"``, solved exactly
-    through its dual, a box-constrained QP) or paper C's ||w|| + C sum xi (``"norm"``, a second-order cone
-    program, then solved exactly on its active set); the "norm" solution for C is the "squared" one for C ||w||.
+    margin_c >= 1 - xi, with the objective (1/2)||w||^2 + C sum xi (``objective="squared"``) or paper C's
+    ||w|| + C sum xi (``"norm"``); the "norm" solution for C is the "squared" one for C ||w||. Both are solved
+    exactly on the active set of Clarabel's interior-point solution.
     ``groups``: None (one slack per constraint) or one integer label per constraint, the constraints of a label
-    sharing one slack (paper C's per-token slack; a cone program, accurate to about 1e-8).
+    sharing one slack (paper C's per-token slack).
     ``return_multipliers``: also return lam (m,) with w = A^T lam ("squared" and hard) or w = ||w|| A^T lam
-    ("norm"), 0 <= lam <= C, or with the sum of lam over
-    a group at most C.
+    ("norm"), 0 <= lam <= C, or with the sum of lam over a group at most C.
 
-    The cost grows with m, not with p: every solver works with the Gram matrix of the rows. A solution short of a
-    margin by round-off is scaled up (the rule of ``att_svm``); one whose relative duality gap exceeds ``GAP_TOL``
-    raises SolverError (badly scaled rows or C).
+    The cost grows with m, not with p: every solver works with the Gram matrix of the rows. A hard-margin solution
+    short of a margin by round-off is scaled up (the rule of ``att_svm``) and checked against its dual to
+    ``GAP_TOL["hard"]``. A soft-margin one is certified by its multipliers: its objective exceeds their dual bound
+    (below the optimum) by at most ``GAP_TOL["soft"]`` = 1e-9 relative plus the round-off of computing it, and
+    w = A^T lam or ||w|| A^T lam holds to as much; SolverError where no candidate is certified (in sweeps, only for
+    rows within 1e-6 of copies of one another).
 
     Examples
     --------
