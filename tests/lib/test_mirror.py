@@ -29,6 +29,11 @@ def _start(shape, seed=1):
     return torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
+def _mirror_map(W, p):
+    """sign(W) |W|^(p - 1) entrywise, the gradient of ||W||_p^p / p; its inverse is the map of q = p / (p - 1)."""
+    return torch.sign(W) * W.abs() ** (p - 1)
+
+
 def test_p_two_is_normalized_gradient_descent():
     problem = _problem(batch=2)
     W0 = _start((2, 4, 4))
@@ -87,8 +92,8 @@ def test_one_step_follows_the_autograd_gradient(p):
     leaf = W0.clone().requires_grad_(True)
     g, = torch.autograd.grad(reference._loss(problem.X, problem.Y, problem.Z, problem.v, leaf), leaf)
     q = p / (p - 1)
-    theta = torch.sign(W0) * W0.abs() ** (p - 1) - 0.1 * g / torch.linalg.vector_norm(g, q)
-    torch.testing.assert_close(W1, torch.sign(theta) * theta.abs() ** (1 / (p - 1)), rtol=1e-12, atol=1e-12)
+    theta = _mirror_map(W0, p) - 0.1 * g / torch.linalg.vector_norm(g, q)
+    torch.testing.assert_close(W1, _mirror_map(theta, q), rtol=1e-12, atol=1e-12)
 
 
 def _saturated_runs(p=2.0, steps=4000):
@@ -112,7 +117,7 @@ def test_every_exact_step_moves_the_dual_variable_by_lr_in_the_dual_norm(p):
     problem = data.random_problem(n=2, T=3, d=4, seed=7)
     run = train.mirror_descent(problem, p=p, steps=3001, lr=0.5, init=_start((4, 4), seed=8), record_every=3000)
     assert float(train.loss_gradient(problem, run.W[-2]).norm()) < EPS  # saturated: below the authors' eps
-    theta = torch.sign(run.W) * run.W.abs() ** (p - 1)
+    theta = _mirror_map(run.W, p)
     step = train.dual_norm(theta[-1] - theta[-2], p / (p - 1))
     assert float(step) == pytest.approx(0.5, rel=1e-6)
 
@@ -184,7 +189,7 @@ def test_one_compiled_step_deep_in_saturation_is_the_torch_loops(R, p, param):
         assert float(train.loss_gradient(problems, W0).norm()) == 0.0  # the true gradient underflows
     U, S, Vh = torch.linalg.svd(W0)
     init = W0 if param == "W" else (U * S.sqrt()[..., None, :], Vh.transpose(-2, -1) * S.sqrt()[..., None, :])
-    duals = [torch.sign(w) * w.abs() ** (p - 1) for w in ((init,) if param == "W" else init)]
+    duals = [_mirror_map(w, p) for w in ((init,) if param == "W" else init)]
     lr = 0.5 * min(float(train.dual_norm(theta, p / (p - 1)).min()) for theta in duals)
     runs = [train.mirror_descent(problems, p=p, steps=1, lr=lr, param=param, init=init, engine=engine)
             for engine in ("compiled", "torch")]

@@ -436,10 +436,17 @@ def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, l
     return result
 
 
-def _lanes_last(tensor: torch.Tensor, shape: tuple, *, batch: tuple, padded: int) -> np.ndarray:
-    """``tensor`` broadcast to batch + shape, as an array with the problems last, the last problem repeated up to
-    ``padded`` problems (a whole number of vectors)."""
+def _lanes(batch: tuple) -> tuple[int, int, partial]:
+    """The number of problems in ``batch``, that number rounded up to a whole number of vectors (``padded``), and
+    `_lanes_last` for them: the layout of the compiled loops' arrays."""
     size = int(np.prod(batch))
+    padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
+    return size, padded, partial(_lanes_last, batch=batch, size=size, padded=padded)
+
+
+def _lanes_last(tensor: torch.Tensor, shape: tuple, *, batch: tuple, size: int, padded: int) -> np.ndarray:
+    """``tensor`` broadcast to batch + shape, as an array with the problems (``size`` of them) last, the last problem
+    repeated up to ``padded`` problems (a whole number of vectors)."""
     flat = torch.broadcast_to(tensor.detach(), batch + shape).reshape((size,) + shape).numpy()
     return np.moveaxis(np.concatenate([flat, flat[-1:].repeat(padded - size, 0)]), 0, -1)
 
@@ -448,9 +455,7 @@ def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normaliz
         record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`gd` without checks (for `train.gd`, which checked its arguments and checks the result)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
-    size = int(np.prod(batch))
-    padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
-    lanes_last = partial(_lanes_last, batch=batch, padded=padded)
+    size, padded, lanes_last = _lanes(batch)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     if isinstance(head, heads.ReLU):
         V = lanes_last(head.V, head.V.shape[-2:])

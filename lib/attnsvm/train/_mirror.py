@@ -26,7 +26,6 @@ trajectories agree only as two such perturbed runs do. Numba's cache keys on thi
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numba
 import numpy as np
@@ -39,7 +38,7 @@ from ..data import Problem
 from ..model import (_TRAINING, LOSSES, _attention, _checked_problem, _option, _overflow, _risk,
                      _token_values)
 from . import _gradients as gradients
-from ._cpu_loop import _FAST, BLOCK, LANES, LOSS_CODES, _gradient, _lanes_last, _row_products
+from ._cpu_loop import _FAST, BLOCK, LOSS_CODES, _gradient, _lanes, _row_products
 from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
                        _recorder)
 from ._initial import PARAMS, initial_parameters
@@ -187,9 +186,7 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
 def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:
     """`_train`'s run in the compiled loop `_run`: lanes last, BLOCK problems a call (as `_cpu_loop.gd`)."""
     batch, n, T, d, m = problem.batch_shape, problem.n, problem.T, problem.d, params[0].shape[-1]
-    size = int(np.prod(batch))
-    padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
-    lanes_last = partial(_lanes_last, batch=batch, padded=padded)
+    size, padded, lanes_last = _lanes(batch)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     U, XV = lanes_last(_token_values(problem, problem.v), (n, T)), np.zeros((n, T, 0, padded))
     K0 = lanes_last(params[0], (d, m))
