@@ -196,11 +196,18 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
     to machine precision) or "clarabel" (an interior-point method through cvxpy, independent of it, accurate to
     about 1e-8). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the
-    origin. ``support`` marks the active points A, with alpha_i above ``ACTIVE_TOL`` times the largest (on the
-    margin by complementary slackness), and every point whose margin is 1 within its accuracy:
+    origin, and a ValueError when X is so large that the multipliers alpha ~ 1 / max_i ||x_i||^2 fall below the
+    normal range of float64 (they would lose precision). ``support`` is decided on the polished solution, for
+    either solver: S0 = the active points A, with alpha_i above ``ACTIVE_TOL`` times the largest (on the margin by
+    complementary slackness), and every point whose margin is 1 within its accuracy
     |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||z_i|| ||Z_A w - 1|| / sigma_min(Z_A) (the error of w that the
-    margins of A show; z_i = y_i x_i). A point nearer the margin than that counts as a support vector: float64
-    cannot tell it from one.
+    margins of A show; z_i = y_i x_i); then w_S, the minimum-norm w with m_i(w) = 1 on S0, must satisfy the KKT
+    conditions to rounding (m_i(w_S) = 1 on S0, multipliers >= 0 on S0 giving w_S, every margin >= 1), and
+    ``support`` is S0's rule applied to w_S. A point nearer the margin than that counts as a support vector:
+    float64 cannot tell it from one. Where the KKT check fails (an inexact solver's multiplier on a point closer
+    to the margin than the solver's accuracy, e.g. a point 1e-8 off it with "clarabel") the support is
+    ambiguous, and a ValueError names the points within the solution's accuracy (from its duality gap) of the
+    margin and the fix, solver="nnls".
 
     Examples
     --------
@@ -218,7 +225,7 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
         radius = _norm(Z[b]).max()
         if radius == 0:
             raise InfeasibleSVM(f"X{f'[{b}]' if b else ''} is all zeros: no w separates it", [b])
-        e = int(np.round(np.log2(radius)))  # scaling by 2^-e is exact
+        e = _exponent(radius)
         try:
             rows = np.ldexp(Z[b], -e)
             w_b, alpha_b = soft_margin_svm(rows, return_multipliers=True) if solver == "nnls" else _clarabel(rows)
@@ -228,21 +235,67 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
                                 f"y_i x_i^T w > 0 for every i (or only with a margin below "
                                 f"{1 / MAX_NORM:.0e} max_i ||x_i||), so the hard-margin SVM does not exist",
                                 [b]) from None
-        support[b] = _support(rows, w_b, alpha_b)  # on the rows scaled by 2^-e: the same margins
+        support[b], undecided = _support(rows, w_b, alpha_b)  # on the rows scaled by 2^-e: the same margins
+        if undecided is not None:
+            if solver == "nnls":
+                raise SolverError(f"svm: the KKT conditions of the exact solver's solution fail to rounding for X, y"
+                                  f"{f' (problem {b})' if b else ''}")
+            raise ValueError(f"solver={solver!r} cannot decide the support vectors of X, y"
+                             f"{f' (problem {b} of the batch)' if b else ''}: the points {undecided.tolist()} lie "
+                             "within the solution's accuracy of the margin, and its multipliers do not single out a "
+                             "face of support vectors that satisfies the KKT conditions to rounding; pass "
+                             "solver='nnls' (exact)")
         with np.errstate(over="ignore", under="ignore"):
             w[b], alpha[b] = np.ldexp(w_b, -e), np.ldexp(alpha_b, -2 * e)
     finite_result(alpha, "the dual multipliers alpha", "X is too small for float64 to hold them (rescale X)")
+    if (alpha.max(-1) < np.finfo(float).tiny).any():
+        raise ValueError("X is too large: the dual multipliers alpha (about 1 / max_i ||x_i||^2) fall below the "
+                         "normal range of float64 and would lose precision; rescale X (e.g. by a power of two) so "
+                         "that max_i ||x_i|| <= 1e150")
     return SVM(w=w, alpha=alpha, support=support, margin=1 / _norm(w))
 
 
-def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """The support vectors (n,) of the solution (w, alpha) for the signed points Z (n, d), by the rule of ``svm``."""
+def _exponent(radius: float) -> int:
+    """e with 2^e nearest max_i ||z_i|| = radius > 0: the rows scaled by 2^-e (exactly) have radius about 1."""
+    return int(np.round(np.log2(radius)))
+
+
+def _on_margin(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The rule of ``svm`` for the points (n,) on the margin of (w, alpha) (signed points Z (n, d)): the active
+    points A and those whose margin is 1 within its accuracy."""
+    eps = np.finfo(float).eps
     active = alpha > ACTIVE_TOL * alpha.max()
     sv = np.linalg.svd(Z[active], compute_uv=False)
-    smallest = sv[sv > active.sum() * np.finfo(float).eps * sv[0]][-1]  # w lies in the row space of Z_A
+    smallest = sv[sv > active.sum() * eps * sv[0]][-1]  # w lies in the row space of Z_A
     error = np.linalg.norm(Z[active] @ w - 1) / smallest
-    accuracy = 4 * Z.shape[1] * np.finfo(float).eps * (np.abs(Z) @ np.abs(w)) + _norm(Z) * error
+    accuracy = 4 * Z.shape[1] * eps * (np.abs(Z) @ np.abs(w)) + _norm(Z) * error
     return active | (np.abs(Z @ w - 1) <= accuracy)
+
+
+def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(support (n,), None) for the solution (w, alpha) of the signed points Z (n, d), by the rule of ``svm``, or
+    (S0, the points within the solution's accuracy of the margin) where the polished solution fails the KKT
+    conditions to rounding (the support is ambiguous)."""
+    eps, d = np.finfo(float).eps, Z.shape[1]
+    S = _on_margin(Z, w, alpha)
+    U, sv, Vt = np.linalg.svd(Z[S], full_matrices=False)
+    k = int(S.sum())
+    rank = int((sv > k * eps * sv[0]).sum())
+    U, sv, Vt = U[:, :rank], sv[:rank], Vt[:rank]
+    w_S = Vt.T @ (U.sum(0) / sv)  # the minimum-norm w with m_i(w) = 1 on S
+    a = alpha[S] + U @ ((Vt @ (w_S - Z[S].T @ alpha[S])) / sv)  # the nearest multipliers with Z_S^T a = w_S
+    rounding = 4 * k * d * eps * sv[0] * _norm(w_S)
+    margins = Z @ w_S
+    kkt = (np.abs(margins[S] - 1).max() <= rounding and a.min() >= -10 * k * eps * (sv[0] / sv[-1]) ** 2 * a.max()
+           and margins.min() >= 1 - rounding * _norm(Z).max() / sv[0])
+    if kkt:
+        polished = np.zeros_like(alpha)
+        polished[S] = np.maximum(a, 0.0)
+        return _on_margin(Z, w_S, polished), None
+    feasible = w / min(1.0, (Z @ w).min()) if (Z @ w).min() > 0 else w
+    gap = max(0.5 * feasible @ feasible - alpha.sum() + 0.5 * _norm(Z.T @ alpha) ** 2, 0.0)
+    accuracy = _norm(Z) * (np.sqrt(2 * gap) + _norm(feasible - w)) + 4 * d * eps * (np.abs(Z) @ np.abs(w))
+    return S, np.flatnonzero(S | (np.abs(Z @ w - 1) <= accuracy))
 
 
 def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -271,7 +324,11 @@ def margins(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
     [3.0, -3.0]
     """
     X, y = _data(X, y)
-    w = _vector(w, "w", X.shape[-1])
+    return _margins(X, y, _vector(w, "w", X.shape[-1]))
+
+
+def _margins(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``margins`` of validated X, y, w."""
     with np.errstate(over="ignore", invalid="ignore"):
         m = (_signed(X, y) * w[..., None, :]).sum(-1)
     return finite_result(m, "the margins y_i x_i^T w", "w (or X) is too large")
@@ -291,8 +348,7 @@ def normalized_margin(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
     norm = _norm(w)
     if (norm == 0).any():
         raise ValueError("w has a zero vector: the normalized margin min_i m_i(w) / ||w|| needs w != 0")
-    m = margins(X, y, w)
-    return m.min(-1) / norm
+    return _margins(X, y, w).min(-1) / norm
 
 
 def log_loss(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
@@ -324,7 +380,7 @@ def gradient(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential"
     """
     logistic = _loss(loss)
     X, y = _data(X, y)
-    a = _apply(_log_slopes, margins(X, y, w), logistic)
+    a = _apply(_log_slopes, _margins(X, y, _vector(w, "w", X.shape[-1])), logistic)
     top = a.max(-1, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
         g = -np.exp(top) * (np.exp(a - top)[..., None] * _signed(X, y)).sum(-2) / X.shape[-2]
@@ -342,7 +398,7 @@ def hessian(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential")
     """
     logistic = _loss(loss)
     X, y = _data(X, y)
-    m = margins(X, y, w)
+    m = _margins(X, y, _vector(w, "w", X.shape[-1]))
     with np.errstate(over="ignore", invalid="ignore"):
         curvature = np.exp(-m - 2 * np.logaddexp(0.0, -m)) if logistic else np.exp(-m)  # sigma(m) sigma(-m), e^-m
         H = np.einsum("...n,...ni,...nj->...ij", curvature, X, X) / X.shape[-2]
@@ -501,7 +557,7 @@ def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
         w, alpha, tol = np.asarray(solution.w, float), np.asarray(solution.alpha, float), GAP_TOL["hard"]
         size = _norm(w)
         with np.errstate(all="ignore"):
-            conditions = {"smallest margin 1": np.abs(margins(X, y, w).min(-1) - 1) <= tol,
+            conditions = {"smallest margin 1": np.abs(_margins(X, y, w).min(-1) - 1) <= tol,
                           "alpha >= 0": (alpha >= 0).all(-1),
                           "w = sum_i alpha_i y_i x_i": _norm((alpha[..., None] * _signed(X, y)).sum(-2) - w)
                           <= tol * size,
@@ -510,6 +566,21 @@ def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
     if failed:
         raise ValueError(f"solution must be linear.svm(X, y) of these X, y (or None to solve it here); it fails "
                          f"{', '.join(failed)} (relative accuracy {GAP_TOL['hard']:.0e})")
+    Z, marked = _signed(X, y), np.asarray(solution.support, bool)
+    for b in np.ndindex(X.shape[:-2]):
+        e = _exponent(_norm(Z[b]).max())
+        support, undecided = _support(np.ldexp(Z[b], -e), np.ldexp(w[b], e), np.ldexp(alpha[b], 2 * e))
+        where = f" (problem {b})" if b else ""
+        if undecided is not None:
+            raise ValueError(f"solution.support is ambiguous{where}: the points {undecided.tolist()} lie within the "
+                             "accuracy of solution.w, solution.alpha of the margin, and the multipliers do not single "
+                             "out a face of support vectors that satisfies the KKT conditions to rounding; pass "
+                             "solution=None (or linear.svm(X, y), the exact solver)")
+        if (support != marked[b]).any():
+            missing, extra = np.flatnonzero(support & ~marked[b]), np.flatnonzero(~support & marked[b])
+            raise ValueError(f"solution.support must mark the points on the margin of solution.w{where}: it misses "
+                             f"{missing.tolist()} and marks {extra.tolist()} off it; pass solution=None (or "
+                             "linear.svm(X, y))")
     return solution
 
 
@@ -565,9 +636,9 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
 
     Accuracy: the refusal guards the verdict on (H), not w_tilde. w_tilde = Z_S^+ (log c - log alpha) inherits the
     errors of log alpha_i, about a / s_i for a = 10 k eps cond(Z_S)^2 and s_i = alpha_i / sum_j alpha_j, so it is
-    off by up to about ||Z_S^+|| max_i a / s_i (first order; often far less). It can be inaccurate although
-    accepted (x = (1, -h), (1, 2h), y = (1, 1): off by 1.7% at h = 1e-7), and the refusal can be over-cautious
-    (x = (1, -h), (1, h) is refused for h <= 5e-8, although w_tilde is accurate to 2e-9 at h = 1e-7).
+    off by up to about ||Z_S^+|| max_i a / s_i (first order). Accepted data can have a large estimate (x = (1, -h),
+    (1, h), y = (1, 1), w_tilde = (log 2, 0): about 6e-12 at h = 0.1, 6 at h = 1e-5; refused for h <= 5e-8); how
+    much of it the actual error reaches depends on the BLAS kernels numpy runs (see ``attnsvm.codepaths``).
 
     Examples
     --------
