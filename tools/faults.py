@@ -58,8 +58,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("00_introduction", "prelude", "01_preliminaries", "02_regularization_path", "03_global_convergence",
-            "04_local_convergence", "05_nonlinear_heads", "06_causal_attention", "07_tensor_lipschitz",
-            "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
+            "03b_central_theorem", "04_local_convergence", "05_nonlinear_heads", "06_causal_attention",
+            "07_tensor_lipschitz", "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
 CLEAR_ERRORS = {"AssertionError", "ValueError", "InfeasibleSVM", "SolverError", "FloatingPointError"}
 CELL_TIMEOUT = 600  # seconds per cell
 CHAPTER_TIMEOUT = 420  # seconds per chapter (the budget is 60 s; a fault may slow a chapter down, not this much)
@@ -798,6 +798,15 @@ def linear_offset_sign():
     vectors: the offset with the wrong sign."""
     from attnsvm import linear
     patch(linear, "offset", lambda original: lambda *args, **kwargs: -original(*args, **kwargs))
+
+
+@fault("03b_central_theorem", "tests/lib/test_reduction.py::test_limiting_weights_are_the_slope_times_the_gap")
+def reduction_weights_without_n():
+    """The limiting weights c*_it = |l'(gamma*_i)| Delta_it / n lose their 1/n (the loss's average forgotten): the
+    surrogate Phi and every constant built on c* are n times too large."""
+    from attnsvm import theory
+    patch(theory, "limiting_weights",
+          lambda original: lambda problem, *args, **kwargs: original(problem, *args, **kwargs) * problem.n)
 
 
 # ================================================================== installing a fault in a process

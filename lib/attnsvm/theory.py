@@ -17,7 +17,7 @@ from .model import as_key_query, attention, logits, queries, token_values
 
 __all__ = ["convergence", "correlation", "cosine", "locally_optimal", "margins", "neighbour_selections",
            "optimal_tokens", "sample_feasible", "support_tokens", "token_scores", "SUPPORT_TOL", "MAX_DRAWS",
-           "OVERFLOW"]
+           "OVERFLOW", "Reduction", "leak", "limiting_weights", "reduction_constants", "surrogate", "weight_ratios"]
 _INDICES = "an array of integer token indices"
 
 SUPPORT_TOL = 1e-6  # a token is a support token of an Att-SVM solution when its margin is within this of 1
@@ -347,3 +347,7 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
     draws = int(found[count - 1]) + 1 if len(found) >= count else start  # a Python int, as annotated
     chosen = torch.as_tensor(found[:count], dtype=torch.long)
     return batch[chosen], alpha[chosen], draws
+
+
+# The central theorem's reduction (its own module; imported last, as it uses the functions above).
+from ._reduction import Reduction, leak, limiting_weights, reduction_constants, surrogate, weight_ratios  # noqa: E402

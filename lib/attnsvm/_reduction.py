@@ -1,0 +1,196 @@
+"""The reduction of the central theorem to the linear case (the page "The central theorem, proved by reduction").
+
+Near selection, -grad L(W) = sum_{i, t != o_i} c*_it r_it(W) e^{-mu_it(W)} A_it with A_it = (x_{i o_i} - x_it) z_i^T,
+mu_it(W) = <W, A_it> and o_i the optimal token: the gradient of the weighted exponential loss
+Phi(W) = sum c*_it e^{-mu_it(W)} up to weight ratios r_it(W) -> 1. These functions compute the limiting weights
+c*_it, Phi, the ratios r_it, the attention leaked off the optimal tokens eps_i(W) = 1 - s_{i o_i}(W), and the
+constants of the selected region (K, eps_bar and the selection level E_0). One unbatched problem with T >= 2
+and a unique optimal token per sequence; W may carry leading dimensions (e.g. the iterates of a run).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from .data import Problem, _as_problem
+from .model import _loss_kind, logits
+from .theory import _margins, _with_queries, optimal_tokens, token_scores
+
+# Lambda(top): a Lipschitz constant of log|l'| on an interval whose right end is `top` ((log sigma(-x))' = -sigma(x))
+_LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: 1 / (1 + math.exp(-top)), "exponential": lambda top: 1.0,
+                        "linear": lambda top: 0.0}
+
+
+class Reduction(NamedTuple):
+    """The constants of the reduction for one problem and one loss (the page's notation table).
+
+    ``optimal`` o_i (n,); ``gaps`` Delta_it = gamma_{i o_i} - gamma_it (n, T), 0 at o_i; ``weights`` c*_it (n, T),
+    0 at o_i; ``delta_min``, ``delta_max`` the smallest and largest gap; ``slope_min``, ``slope_max`` the smallest
+    and largest |l'| on the score range I; ``log_slope_lipschitz`` Lambda, a Lipschitz constant of log|l'| on I;
+    ``K`` = 1 + delta_max/delta_min + Lambda delta_max e^{Lambda delta_max / 4}; ``eps_bar`` = 1/(2K); ``E_0`` =
+    slope_min delta_min eps_bar / n, the selection level.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.equal_scores_problem(1, 3, 4, seed=0)  # one sequence, both gaps equal
+    >>> constants = theory.reduction_constants(problem, loss="linear")  # Lambda = 0: K = 1 + 1
+    >>> float(constants.K), float(constants.eps_bar)
+    (2.0, 0.25)
+    """
+
+    optimal: np.ndarray
+    gaps: np.ndarray
+    weights: np.ndarray
+    delta_min: float
+    delta_max: float
+    slope_min: float
+    slope_max: float
+    log_slope_lipschitz: float
+    K: float
+    eps_bar: float
+    E_0: float
+
+
+def _checked(problem: object) -> tuple[Problem, torch.Tensor, torch.Tensor]:
+    """(problem, scores gamma (n, T), optimal tokens o (n,)) for one problem with queries, T >= 2 and unique
+    optimal tokens, else a ValueError naming `problem`."""
+    problem = _with_queries(_as_problem(problem))
+    if problem.batch_shape:
+        raise ValueError(f"problem must be one problem, got a batch of shape {tuple(problem.batch_shape)}: pass "
+                         "problem[b]")
+    if problem.T < 2:
+        raise ValueError("problem has T = 1 token per sequence: the reduction needs T >= 2 (with one token the "
+                         "attention does not depend on W)")
+    gamma = token_scores(problem)
+    if ((gamma == gamma.amax(-1, keepdim=True)).sum(-1) > 1).any():
+        raise ValueError("problem has a sequence whose optimal token is not unique (tied top scores gamma_it): "
+                         "the reduction needs a unique optimal token per sequence; perturb the tokens or the head")
+    return problem, gamma, optimal_tokens(problem)
+
+
+def _gaps(gamma: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Delta_it with 0 at o_i, mask of t != o_i)."""
+    off = torch.arange(gamma.shape[-1]) != o[:, None]
+    top = gamma.gather(-1, o[:, None])
+    return torch.where(off, top - gamma, 0.0), off
+
+
+def limiting_weights(problem: Problem, loss: str = "logistic") -> np.ndarray:
+    """c*_it = |l'(gamma_{i o_i})| Delta_it / n (n, T), 0 at the optimal token: the weights that the gradient's
+    weights c_it(W) tend to as the attention concentrates on the optimal tokens.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    >>> theory.limiting_weights(problem, loss="exponential").round(4).tolist()  # |l'(1)| = e^{-1}
+    [[0.0, 0.3679, 0.7358]]
+    """
+    kind = _loss_kind(loss)
+    problem, gamma, o = _checked(problem)
+    gaps, _ = _gaps(gamma, o)
+    top = gamma.gather(-1, o[:, None])
+    return (torch.exp(kind.log_slope(top)) * gaps / problem.n).numpy()
+
+
+def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
+    """The constants of the selected region for `problem` and `loss`: see ``Reduction``.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.equal_scores_problem(3, 4, 6, seed=1)
+    >>> constants = theory.reduction_constants(problem)
+    >>> bool(0 < constants.E_0 < constants.eps_bar <= 0.25)
+    True
+    """
+    kind = _loss_kind(loss)
+    problem, gamma, o = _checked(problem)
+    gaps, off = _gaps(gamma, o)
+    delta_min, delta_max = float(gaps[off].min()), float(gaps[off].max())
+    ends = torch.stack([gamma.min(), gamma.max()])  # the score range I; |l'| is monotone for the library's losses
+    slopes = torch.exp(kind.log_slope(ends))
+    lam = _LOG_SLOPE_LIPSCHITZ[loss](float(ends[1]))
+    K = 1 + delta_max / delta_min + lam * delta_max * math.exp(lam * delta_max / 4)
+    eps_bar = 1 / (2 * K)
+    return Reduction(o.numpy(), gaps.numpy(), limiting_weights(problem, loss), delta_min, delta_max,
+                     float(slopes.min()), float(slopes.max()), lam, K, eps_bar,
+                     float(slopes.min()) * delta_min * eps_bar / problem.n)
+
+
+def leak(problem: Problem, W: ArrayLike) -> np.ndarray:
+    """eps_i(W) = 1 - s_{i o_i}(W) = sum_{t != o_i} s_it(W), the attention leaked off the optimal token of each
+    sequence, shape (..., n); accurate when tiny (summed from the other tokens, never as 1 - s).
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.equal_scores_problem(2, 3, 4, seed=0)
+    >>> W_mm = svm.att_svm(problem, theory.optimal_tokens(problem))
+    >>> eps = theory.leak(problem, 40 * W_mm)  # every margin >= 40: eps_i <= (T - 1) e^{-40}
+    >>> bool((eps > 0).all() and (eps <= 2 * 2.0**-57).all())
+    True
+    """
+    problem, _, o = _checked(problem)
+    a = logits(problem, W).detach()
+    log_s = a - torch.logsumexp(a, -1, keepdim=True)
+    log_s = log_s.masked_fill(torch.arange(problem.T) == o[:, None], -torch.inf)
+    return torch.exp(torch.logsumexp(log_s, -1)).numpy()
+
+
+def surrogate(problem: Problem, W: ArrayLike, loss: str = "logistic", *, log: bool = False) -> np.ndarray:
+    """Phi(W) = sum_{i, t != o_i} c*_it e^{-mu_it(W)}, the weighted exponential loss on the matrices A_it, shape
+    (...) for W (..., d, d); with ``log=True`` its logarithm, accurate where Phi under- or overflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.equal_scores_problem(2, 3, 4, seed=0)
+    >>> W_mm = svm.att_svm(problem, theory.optimal_tokens(problem))
+    >>> c = theory.limiting_weights(problem)
+    >>> Phi = theory.surrogate(problem, 2 * W_mm)  # every margin >= 2, and exactly 2 at the support tokens
+    >>> bool(Phi <= np.exp(-2) * c.sum())
+    True
+    """
+    if not isinstance(log, bool):
+        raise TypeError(f"log must be True or False, got {type(log).__name__}")
+    weights = torch.as_tensor(limiting_weights(problem, loss))
+    problem, _, o = _checked(problem)
+    off = weights > 0
+    terms = torch.where(off, torch.log(weights.clamp(min=1e-300)) - _margins(problem, W, o), -torch.inf)
+    log_phi = torch.logsumexp(terms.flatten(-2), -1)
+    return (log_phi if log else torch.exp(log_phi)).numpy()
+
+
+def weight_ratios(problem: Problem, W: ArrayLike, loss: str = "logistic") -> np.ndarray:
+    """r_it(W) = c_it(W) / c*_it = [|l'(gbar_i)| / |l'(gamma_{i o_i})|] s_{i o_i} (gbar_i - gamma_it) / Delta_it,
+    shape (..., n, T), 1 at the optimal token, where gbar_i = sum_t s_it gamma_it; then
+    -grad L(W) = sum_{i, t != o_i} c*_it r_it e^{-mu_it} A_it. gbar_i - gamma_it is summed pairwise,
+    sum_tau s_itau (gamma_itau - gamma_it), so it does not cancel when s_{i o_i} is tiny.
+
+    Examples
+    --------
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.equal_scores_problem(2, 3, 4, seed=0)
+    >>> W_mm = svm.att_svm(problem, theory.optimal_tokens(problem))
+    >>> r = theory.weight_ratios(problem, 30 * W_mm)  # attention almost one-hot: ratios near 1
+    >>> bool(abs(r - 1).max() < 1e-11)
+    True
+    """
+    kind = _loss_kind(loss)
+    problem, gamma, o = _checked(problem)
+    gaps, off = _gaps(gamma, o)
+    s = torch.softmax(logits(problem, W).detach(), -1)
+    gbar = (s * gamma).sum(-1)
+    pair = (s[..., :, None] * (gamma[:, :, None] - gamma[:, None, :])).sum(-2)  # gbar_i - gamma_it
+    top = gamma.gather(-1, o[:, None])[:, 0]
+    s_opt = s.gather(-1, o.expand(s.shape[:-1])[..., None])[..., 0]
+    factor = torch.exp(kind.log_slope(gbar) - kind.log_slope(top)) * s_opt
+    return torch.where(off, factor[..., None] * pair / torch.where(off, gaps, 1.0), 1.0).numpy()

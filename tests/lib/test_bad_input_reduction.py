@@ -1,0 +1,62 @@
+"""Bad input to the reduction's functions (attnsvm.theory): each gets a TypeError or ValueError naming the
+argument at fault."""
+
+import numpy as np
+import pytest
+
+from attnsvm import data, theory
+
+COVERED = {"theory.leak", "theory.limiting_weights", "theory.reduction_constants", "theory.surrogate",
+           "theory.weight_ratios"}
+
+
+def tied():
+    """One sequence whose two best tokens have the same score."""
+    X = [[[1.0, 0.0], [1.0, 1.0], [-1.0, 0.0]]]
+    return data.Problem(X, [1.0], [[1.0, 0.0]], [1.0, 0.0])
+
+
+CALLS = {"limiting_weights": lambda problem, **kw: theory.limiting_weights(problem, **kw),
+         "reduction_constants": lambda problem, **kw: theory.reduction_constants(problem, **kw),
+         "leak": lambda problem, **kw: theory.leak(problem, kw.get("W", np.zeros((problem.d, problem.d)))),
+         "surrogate": lambda problem, **kw: theory.surrogate(problem, kw.pop("W", np.zeros((problem.d, problem.d))),
+                                                             **kw),
+         "weight_ratios": lambda problem, **kw: theory.weight_ratios(
+             problem, kw.pop("W", np.zeros((problem.d, problem.d))), **kw)}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("problem, match", [
+    (data.random_problem(2, 3, 3, seed=0, batch=2), "one problem"),
+    (data.Problem(np.ones((2, 1, 2)), [1.0, -1.0], [[1.0, 0.0], [0.0, 1.0]], [1.0, 0.0]), "T >= 2"),
+    (tied(), "not unique"),
+])
+def test_bad_problems_are_refused(name, problem, match):
+    with pytest.raises(ValueError, match=match) as error:
+        CALLS[name](problem)
+    assert "problem" in str(error.value)
+
+
+def test_a_problem_that_is_not_one_is_refused():
+    with pytest.raises(TypeError, match="problem"):
+        theory.leak("not a problem", np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("name", ["limiting_weights", "reduction_constants", "surrogate", "weight_ratios"])
+def test_unknown_losses_are_refused(name):
+    problem = data.random_problem(2, 3, 3, seed=0)
+    with pytest.raises((TypeError, ValueError), match="loss"):
+        CALLS[name](problem, loss="hinge")
+
+
+@pytest.mark.parametrize("name", ["leak", "surrogate", "weight_ratios"])
+def test_W_of_the_wrong_shape_is_refused(name):
+    problem = data.random_problem(2, 3, 3, seed=0)
+    with pytest.raises(ValueError, match="W"):
+        CALLS[name](problem, W=np.zeros((2, 2)))
+
+
+def test_log_must_be_a_bool():
+    problem = data.random_problem(2, 3, 3, seed=0)
+    with pytest.raises(TypeError, match="log"):
+        theory.surrogate(problem, np.zeros((3, 3)), log="yes")
