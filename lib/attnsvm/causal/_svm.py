@@ -115,16 +115,24 @@ def _svm_selection(problem: SequenceProblem, alpha, solver: str) -> torch.Tensor
 
 def _solve(function, instance: _Instance, b: int, batch: tuple, **options):
     """function(instance.rows, **options) of `svm`, None where the hard margin is infeasible; a SolverError says
-    which instance and what to rescale."""
+    which instance; for a soft margin, how rescaling the tokens changes the SVM only where its rows are far from norm
+    1 (at a fixed C it is another SVM)."""
     try:
         return function(instance.rows, **options)
     except svm.InfeasibleSVM:
         return None
     except svm.SolverError as err:
         where = f" for batch instance {b}" if batch else ""
-        raise svm.SolverError(f"the causal Att-SVM{where}: {err} (its rows are built from the problem's tokens: "
-                              f"rescale its tokens to entries near 1; the SVM of c X is the SVM of X divided by "
-                              f"c^2)") from err
+        if "C" not in options:  # the hard margin: the SVM of c X is that of X divided by c^2
+            raise svm.SolverError(f"the causal Att-SVM{where}: {err} (its rows are built from the problem's tokens: "
+                                  f"rescale its tokens to entries near 1; the SVM of c X is the SVM of X divided by "
+                                  f"c^2)") from err
+        size = float(np.max(np.linalg.norm(instance.deltas, axis=1) * np.linalg.norm(instance.queries, axis=1)))
+        scaled = 2.0 ** svm.SCALES[0] <= size <= 2.0 ** svm.SCALES[1]
+        advice = "" if scaled else ": at a fixed C, tokens c X give the squared form's SVM of X at c^4 C divided " \
+            "by c^2, paper C's at c^2 C divided by c^2"
+        raise svm.SolverError(f"the causal Att-SVM{where}: {err} (its rows are built from the problem's tokens, of "
+                              f"norms up to {size:.3g}{advice})") from err
 
 
 def _raise_infeasible(solutions: list, batch: tuple) -> None:
@@ -148,8 +156,8 @@ def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: floa
     ``C=None``: the hard-margin SVM, min ||W||_F s.t. every margin of ``separation_mask`` >= 1; raises
     svm.InfeasibleSVM (``.instances``: the infeasible batch indices) when no W exists.
     ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins, margin_c >= 1 - xi, with the objective
-    (1/2)||W||_F^2 + C sum xi (``"squared"``) or paper C's ||W||_F + C sum xi (``"norm"``), both solved exactly on
-    the active set of Clarabel's interior-point solution. Both give the same family of solutions: the "norm"
+    (1/2)||W||_F^2 + C sum xi (``"squared"``) or paper C's ||W||_F + C sum xi (``"norm"``), both solved on the
+    active set of Clarabel's interior-point solution and certified. Both give the same family of solutions: the "norm"
     solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for
     every C above ``penalty_threshold`` (the "squared" one at C ||W^mm||_F).
     ``slack``: "constraint" (default), one slack per constraint (i, k, t), the textbook soft margin; or "token",
@@ -157,12 +165,16 @@ def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: floa
     sequence i whose constraints involve token t.
     ``return_multipliers``: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
     ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
-    with sum of lam over the constraints of each (i, t) at most C (slack="token").
+    with the exact sum of lam over the constraints of each (i, t) at most C (slack="token"); the identity holds to
+    the certified bound below.
     The solvers are ``svm.soft_margin_svm``'s, on the problem's constraint rows. Refused before any work
     (ValueError): T = 1, tokens whose constraint Gram matrix overflows float64, or a dense constraint system above
-    MAX_BYTES. Every soft-margin answer is certified by its multipliers, its relative duality gap at most
-    ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off (``svm.soft_margin_svm``); raises svm.SolverError where no
-    candidate is certified, or where a hard-margin gap exceeds ``svm.GAP_TOL["hard"]``.
+    MAX_BYTES. Every soft-margin answer is certified by its multipliers (``svm.soft_margin_svm``): ||W - W*||_F <=
+    sqrt(2 (P - D)) <= 1e-5 ||W||_F for the squared form (for "norm": the squared form at C ||W||_F, and its own
+    relative duality gap at most ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off); raises svm.SolverError where no
+    candidate is certified (measured: the squared form at C >= 1e6 on next-token problems; a smaller C, or for
+    "norm" the squared form at C' = C ||W||_F, may be certified), or where a hard-margin gap exceeds
+    ``svm.GAP_TOL["hard"]``.
 
     Examples
     --------

@@ -48,6 +48,7 @@ CLARABEL_MAX_ITER = 500
 SCS_TOL, SCS_MAX_ITERS = 1e-9, 100_000
 GAP_TOL = {"hard": 1e-6, "soft": 1e-9}  # accepted relative duality gap (soft: plus round-off, `_soft_margin`)
 POLISH_TOL = 1e-9  # accepted (relative) KKT residual of a polished soft-margin solution
+W_TOL = 1e-5  # certified ||W - W*||_F / ||W||_F of a soft margin (`_soft_margin`), see there
 
 
 class InfeasibleSVM(ValueError):
