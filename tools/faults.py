@@ -802,8 +802,8 @@ def linear_offset_sign():
 
 @fault("03b_central_theorem", "tests/lib/test_reduction.py::test_limiting_weights_are_the_slope_times_the_gap")
 def reduction_weights_without_n():
-    """The limiting weights c*_it = |l'(gamma*_i)| Delta_it / n lose their 1/n (the loss's average forgotten): the
-    surrogate Phi and every constant built on c* are n times too large."""
+    """The limiting weights c*_it = |l'(gamma*_i)| Delta_it / n, as `theory.limiting_weights` returns them, lose
+    their 1/n (the loss's average forgotten): n times too large."""
     from attnsvm import theory
     patch(theory, "limiting_weights",
           lambda original: lambda problem, *args, **kwargs: original(problem, *args, **kwargs) * problem.n)

@@ -81,6 +81,34 @@ def _gaps(gamma: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return torch.where(off, top - gamma, 0.0), off
 
 
+class _Weights(NamedTuple):
+    """The checked problem, o, the gaps and their mask t != o_i, log c*_it (-inf at o_i), I's ends and |l'| there."""
+
+    problem: Problem
+    o: torch.Tensor
+    gaps: torch.Tensor
+    off: torch.Tensor
+    log_c: torch.Tensor
+    ends: torch.Tensor
+    slopes: torch.Tensor
+
+
+def _log_weights(problem: Problem, loss: str) -> _Weights:
+    """The limiting weights in the log domain, else a ValueError naming `problem` where |l'| under- or overflows on
+    the score range I."""
+    kind = _loss_kind(loss)
+    problem, gamma, o = _checked(problem)
+    ends = torch.stack([gamma.min(), gamma.max()])  # the score range I; |l'| is monotone for the library's losses
+    slopes = torch.exp(kind.log_slope(ends))
+    if not (slopes.min() >= torch.finfo(slopes.dtype).tiny and slopes.max() < math.inf):
+        raise ValueError(f"problem has scores in [{float(ends[0]):.4g}, {float(ends[1]):.4g}], where |l'| of the "
+                         f"{loss} loss under- or overflows float64 (the limiting weights and the selection level "
+                         "would be 0 or infinite): scale the tokens or the head v down")
+    gaps, off = _gaps(gamma, o)
+    log_c = kind.log_slope(gamma.gather(-1, o[:, None])) + torch.log(gaps) - math.log(problem.n)
+    return _Weights(problem, o, gaps, off, torch.where(off, log_c, -torch.inf), ends, slopes)
+
+
 def limiting_weights(problem: Problem, loss: str = "logistic") -> np.ndarray:
     """c*_it = |l'(gamma_{i o_i})| Delta_it / n (n, T), 0 at the optimal token: the weights that the gradient's
     weights c_it(W) tend to as the attention concentrates on the optimal tokens.
@@ -92,11 +120,7 @@ def limiting_weights(problem: Problem, loss: str = "logistic") -> np.ndarray:
     >>> theory.limiting_weights(problem, loss="exponential").round(4).tolist()  # |l'(1)| = e^{-1}
     [[0.0, 0.3679, 0.7358]]
     """
-    kind = _loss_kind(loss)
-    problem, gamma, o = _checked(problem)
-    gaps, _ = _gaps(gamma, o)
-    top = gamma.gather(-1, o[:, None])
-    return (torch.exp(kind.log_slope(top)) * gaps / problem.n).numpy()
+    return torch.exp(_log_weights(problem, loss).log_c).numpy()
 
 
 def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
@@ -110,16 +134,19 @@ def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
     >>> bool(0 < constants.E_0 < constants.eps_bar <= 0.25)
     True
     """
-    kind = _loss_kind(loss)
-    problem, gamma, o = _checked(problem)
-    gaps, off = _gaps(gamma, o)
+    problem, o, gaps, off, log_c, ends, slopes = _log_weights(problem, loss)
     delta_min, delta_max = float(gaps[off].min()), float(gaps[off].max())
-    ends = torch.stack([gamma.min(), gamma.max()])  # the score range I; |l'| is monotone for the library's losses
-    slopes = torch.exp(kind.log_slope(ends))
     lam = _LOG_SLOPE_LIPSCHITZ[loss](float(ends[1]))
-    K = 1 + delta_max / delta_min + lam * delta_max * math.exp(lam * delta_max / 4)
+    try:
+        K = 1 + delta_max / delta_min + lam * delta_max * math.exp(lam * delta_max / 4)
+    except OverflowError:
+        K = math.inf
+    if math.isinf(K):
+        raise ValueError(f"problem has a largest gap Delta_max = {delta_max:.4g} with Lambda = {lam:.3g}, for which "
+                         "K = 1 + Delta_max/Delta_min + Lambda Delta_max e^{Lambda Delta_max/4} overflows float64; "
+                         "scale the tokens or the head v down")
     eps_bar = 1 / (2 * K)
-    return Reduction(o.numpy(), gaps.numpy(), limiting_weights(problem, loss), delta_min, delta_max,
+    return Reduction(o.numpy(), gaps.numpy(), torch.exp(log_c).numpy(), delta_min, delta_max,
                      float(slopes.min()), float(slopes.max()), lam, K, eps_bar,
                      float(slopes.min()) * delta_min * eps_bar / problem.n)
 
@@ -161,10 +188,8 @@ def surrogate(problem: Problem, W: ArrayLike, loss: str = "logistic", *, log: bo
     """
     if not isinstance(log, bool):
         raise TypeError(f"log must be True or False, got {type(log).__name__}")
-    weights = torch.as_tensor(limiting_weights(problem, loss))
-    problem, _, o = _checked(problem)
-    off = weights > 0
-    terms = torch.where(off, torch.log(weights.clamp(min=1e-300)) - _margins(problem, W, o), -torch.inf)
+    w = _log_weights(problem, loss)
+    terms = torch.where(w.off, w.log_c - _margins(w.problem, W, w.o), -torch.inf)
     log_phi = torch.logsumexp(terms.flatten(-2), -1)
     return (log_phi if log else torch.exp(log_phi)).numpy()
 

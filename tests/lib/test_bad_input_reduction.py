@@ -60,3 +60,24 @@ def test_log_must_be_a_bool():
     problem = data.random_problem(2, 3, 3, seed=0)
     with pytest.raises(TypeError, match="log"):
         theory.surrogate(problem, np.zeros((3, 3)), log="yes")
+
+
+def three_scores(top, low):
+    """One sequence with the scores (top, 0, low)."""
+    return data.Problem([[[top, 0.0], [0.0, 1.0], [low, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["limiting_weights", "reduction_constants", "surrogate"])
+@pytest.mark.parametrize("problem, loss", [(three_scores(800.0, -1.0), "logistic"),
+                                           (three_scores(800.0, -1.0), "exponential"),
+                                           (three_scores(1.0, -3000.0), "exponential")])
+def test_scores_where_the_slope_under_or_overflows_are_refused(name, problem, loss):
+    """|l'| = 0 (or inf) on the score range would make c* zero off the optimal token and E_0 = 0 silently."""
+    with pytest.raises(ValueError, match="problem .*under- or overflows.*scale the tokens"):
+        CALLS[name](problem, loss=loss)
+
+
+def test_a_K_that_overflows_is_refused():
+    """Lambda ~ 1 and Delta_max = 2910: e^{Lambda Delta_max / 4} overflows float64."""
+    with pytest.raises(ValueError, match="problem has a largest gap .* overflows float64.*scale the tokens"):
+        theory.reduction_constants(three_scores(10.0, -2900.0), loss="logistic")

@@ -77,6 +77,22 @@ def test_leak_and_surrogate_stay_accurate_when_saturated():
     assert abs(theory.surrogate(problem, W, log=True) - log_phi) < 1e-10
 
 
+def test_tiny_weights_are_kept_off_the_optimal_token():
+    """A sequence with optimal score 700 (exponential loss: c* ~ e^{-700}, near the float64 floor) keeps its
+    terms in Phi, exactly as the log-domain sum of c* e^{-mu} says."""
+    X = [[[700.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]]
+    problem = data.Problem(X, [1.0, 1.0], [[1.0, 0.0], [0.0, 1.0]], [1.0, 0.0])
+    log_c = np.log([[700.0, 701.0], [1.0, 2.0]]) - np.array([[700.0], [1.0]]) - math.log(2)  # |l'| Delta / n
+    weights = theory.limiting_weights(problem, "exponential")
+    assert (weights[:, 1:] > 0).all() and (weights[:, 0] == 0).all()
+    assert abs(theory.surrogate(problem, np.zeros((2, 2)), "exponential", log=True)
+               - np.logaddexp.reduce(log_c.ravel())) < 1e-13
+    W = np.diag([0.0, 800.0])  # e^{-mu} = e^{800} for sequence 2: a plain sum would overflow
+    mu = theory.margins(problem, W, theory.optimal_tokens(problem))[:, 1:]
+    expected = np.logaddexp.reduce((log_c - mu).ravel())
+    assert abs(theory.surrogate(problem, W, "exponential", log=True) - expected) < 1e-12
+
+
 def test_weight_ratios_tend_to_one_within_K_eps():
     """Lemma (b) of the page: |r_it - 1| <= K eps_i wherever eps <= eps_bar, along the Att-SVM direction."""
     for problem in problems():
