@@ -39,7 +39,7 @@ LOSSES = ("exponential", "logistic")
 SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
 ACTIVE_TOL = 1e-6  # a multiplier above ACTIVE_TOL times the largest is positive: its point is on the margin
 OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give solution.w to this relative accuracy
-# (the exact solver's to ~1e-12; "clarabel" solutions, accurate to about 1e-8, passed on random data)
+# (the exact solver's to ~1e-12; svm(solver="clarabel") returns the certified w_S, exact to rounding)
 
 
 @dataclass(frozen=True)
@@ -194,20 +194,23 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     """The hard-margin SVM min ||w|| s.t. y_i x_i^T w >= 1 for every i, for each problem of a batch.
 
     ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
-    to machine precision) or "clarabel" (an interior-point method through cvxpy, independent of it, accurate to
-    about 1e-8). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the
-    origin, and a ValueError when X is so large that the multipliers alpha ~ 1 / max_i ||x_i||^2 fall below the
-    normal range of float64 (they would lose precision). ``support`` is decided on the polished solution, for
-    either solver: S0 = the active points A, with alpha_i above ``ACTIVE_TOL`` times the largest (on the margin by
-    complementary slackness), and every point whose margin is 1 within its accuracy
-    |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||z_i|| ||Z_A w - 1|| / sigma_min(Z_A) (the error of w that the
-    margins of A show; z_i = y_i x_i); then w_S, the minimum-norm w with m_i(w) = 1 on S0, must satisfy the KKT
-    conditions to rounding (m_i(w_S) = 1 on S0, multipliers >= 0 on S0 giving w_S, every margin >= 1), and
-    ``support`` is S0's rule applied to w_S. A point nearer the margin than that counts as a support vector:
-    float64 cannot tell it from one. Where the KKT check fails (an inexact solver's multiplier on a point closer
-    to the margin than the solver's accuracy, e.g. a point 1e-8 off it with "clarabel") the support is
-    ambiguous, and a ValueError names the points within the solution's accuracy (from its duality gap) of the
-    margin and the fix, solver="nnls".
+    to machine precision; its w and alpha are returned) or "clarabel" (an interior-point method through cvxpy,
+    independent of it, accurate to about 1e-5 here by its duality gap; the certified w_S and multipliers below are
+    returned). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the origin,
+    and a ValueError when X is so large that the multipliers alpha ~ 1 / max_i ||x_i||^2 fall below the normal
+    range of float64 (they would lose precision). ``support`` is decided for either solver by a certificate: from
+    S0 = the active points A (alpha_i above ``ACTIVE_TOL`` times the largest) and every point whose margin is 1
+    within its accuracy |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||z_i|| ||Z_A w - 1|| / sigma_min(Z_A) (the
+    error of w that the margins of A show; z_i = y_i x_i), a walk over faces S (drop a point whose margin under w_S
+    is not 1, or the most negative multiplier; add the most violated point) stops at the first S whose
+    minimum-norm w_S with m_i(w_S) = 1 on S satisfies the KKT conditions to rounding: margins 1 on S, every
+    margin >= 1, and multipliers a >= 0 on S with Z_S^T a = w_S up to their first-order rounding error, bounded
+    point by point (so a point 1e-8 off the margin is not taken for a support vector where the other support
+    vectors are nearly dependent). By the KKT conditions w_S is then w_hat, whichever face was walked, and
+    ``support`` is S0's rule applied to (w_S, a): a point nearer the margin than that accuracy counts as a support
+    vector (float64 cannot tell it from one). Where no face within 2n steps passes, the exact solver raises
+    ``SolverError`` (with a remedy) and "clarabel" a ValueError naming the points within its solution's accuracy
+    (from its duality gap) of the margin and the fix, solver="nnls"; on the data of the tests neither happens.
 
     Examples
     --------
@@ -235,16 +238,21 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
                                 f"y_i x_i^T w > 0 for every i (or only with a margin below "
                                 f"{1 / MAX_NORM:.0e} max_i ||x_i||), so the hard-margin SVM does not exist",
                                 [b]) from None
-        support[b], undecided = _support(rows, w_b, alpha_b)  # on the rows scaled by 2^-e: the same margins
-        if undecided is not None:
+        decided, undecided = _support(rows, w_b, alpha_b)  # on the rows scaled by 2^-e: the same margins
+        if decided is None:
             if solver == "nnls":
-                raise SolverError(f"svm: the KKT conditions of the exact solver's solution fail to rounding for X, y"
-                                  f"{f' (problem {b})' if b else ''}")
+                raise SolverError(f"svm: no face of support vectors near the exact solver's solution of X, y"
+                                  f"{f' (problem {b} of the batch)' if b else ''} satisfies the KKT conditions to "
+                                  "rounding (X too ill-conditioned for float64?); rescale X, or remove points that "
+                                  "nearly repeat others")
             raise ValueError(f"solver={solver!r} cannot decide the support vectors of X, y"
                              f"{f' (problem {b} of the batch)' if b else ''}: the points {undecided.tolist()} lie "
                              "within the solution's accuracy of the margin, and its multipliers do not single out a "
                              "face of support vectors that satisfies the KKT conditions to rounding; pass "
                              "solver='nnls' (exact)")
+        support[b] = decided[0]
+        if solver == "clarabel":  # its w_S and multipliers (the exact solver's own agree with them to rounding)
+            w_b, alpha_b = decided[1:]
         with np.errstate(over="ignore", under="ignore"):
             w[b], alpha[b] = np.ldexp(w_b, -e), np.ldexp(alpha_b, -2 * e)
     finite_result(alpha, "the dual multipliers alpha", "X is too small for float64 to hold them (rescale X)")
@@ -272,30 +280,54 @@ def _on_margin(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return active | (np.abs(Z @ w - 1) <= accuracy)
 
 
-def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(support (n,), None) for the solution (w, alpha) of the signed points Z (n, d), by the rule of ``svm``, or
-    (S0, the points within the solution's accuracy of the margin) where the polished solution fails the KKT
-    conditions to rounding (the support is ambiguous)."""
-    eps, d = np.finfo(float).eps, Z.shape[1]
-    S = _on_margin(Z, w, alpha)
+def _face(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """(w_S, a, None) for the face S (n,) of the signed points Z (n, d) when w_S, the minimum-norm w with
+    m_i(w) = 1 on S, and a (n,), the multipliers nearest alpha with Z_S^T a = w_S (0 off S), satisfy the KKT
+    conditions to rounding; else (w_S, a, i) with i the point to drop from S (its margin not 1, or the most negative
+    multiplier) or to add to it (the smallest margin, below 1)."""
+    eps, d, k = np.finfo(float).eps, Z.shape[1], int(S.sum())
     U, sv, Vt = np.linalg.svd(Z[S], full_matrices=False)
-    k = int(S.sum())
     rank = int((sv > k * eps * sv[0]).sum())
     U, sv, Vt = U[:, :rank], sv[:rank], Vt[:rank]
-    w_S = Vt.T @ (U.sum(0) / sv)  # the minimum-norm w with m_i(w) = 1 on S
-    a = alpha[S] + U @ ((Vt @ (w_S - Z[S].T @ alpha[S])) / sv)  # the nearest multipliers with Z_S^T a = w_S
+    w_S = Vt.T @ (U.sum(0) / sv)
+    a = np.zeros_like(alpha)
+    a[S] = alpha[S] + U @ ((Vt @ (w_S - Z[S].T @ alpha[S])) / sv)
     rounding = 4 * k * d * eps * sv[0] * _norm(w_S)
-    margins = Z @ w_S
-    kkt = (np.abs(margins[S] - 1).max() <= rounding and a.min() >= -10 * k * eps * (sv[0] / sv[-1]) ** 2 * a.max()
-           and margins.min() >= 1 - rounding * _norm(Z).max() / sv[0])
-    if kkt:
-        polished = np.zeros_like(alpha)
-        polished[S] = np.maximum(a, 0.0)
-        return _on_margin(Z, w_S, polished), None
+    # first-order error of a_i from a backward error ||E|| <= k d eps sv[0] in Z_S (w_S and a computed from it):
+    # (Z_S Z_S^T)^+ E w_S + 2 (Z_S^T)^+ E^T a, bounded row by row (not by cond(Z_S)^2 for every i)
+    slack = 10 * k * d * eps * sv[0] * (_norm(w_S) * np.linalg.norm(U / sv**2, axis=1)
+                                        + 2 * _norm(a) * np.linalg.norm(U / sv, axis=1))
+    points, margins = np.flatnonzero(S), Z @ w_S
+    off = np.abs(margins[S] - 1)
+    if off.max() > rounding:
+        return w_S, a, int(points[off.argmax()])
+    if (a[S] < -slack).any():
+        return w_S, a, int(points[np.argmin(a[S] + slack)])
+    if margins.min() < 1 - rounding * _norm(Z).max() / sv[0]:
+        return w_S, a, int(margins.argmin())
+    return w_S, a, None
+
+
+def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) \
+        -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, np.ndarray | None]:
+    """((support (n,), w_S, a), None) for the solution (w, alpha) of the signed points Z (n, d), by the rule of
+    ``svm`` (w_S, a: the certified face's solution and multipliers, a >= 0), or (None, the points within the
+    solution's accuracy of the margin) where no face reached from S0 satisfies the KKT conditions to rounding (the
+    support is ambiguous)."""
+    S, n = _on_margin(Z, w, alpha), Z.shape[0]
+    for _ in range(2 * n):  # an active-set walk: drop a point that breaks the KKT conditions, or add one
+        w_S, a, change = _face(Z, S, alpha)
+        if change is None:
+            a = np.maximum(a, 0.0)
+            return (_on_margin(Z, w_S, a), w_S, a), None
+        S[change] = not S[change]
+        if not S.any():
+            break
+    eps, d = np.finfo(float).eps, Z.shape[1]
     feasible = w / min(1.0, (Z @ w).min()) if (Z @ w).min() > 0 else w
     gap = max(0.5 * feasible @ feasible - alpha.sum() + 0.5 * _norm(Z.T @ alpha) ** 2, 0.0)
     accuracy = _norm(Z) * (np.sqrt(2 * gap) + _norm(feasible - w)) + 4 * d * eps * (np.abs(Z) @ np.abs(w))
-    return S, np.flatnonzero(S | (np.abs(Z @ w - 1) <= accuracy))
+    return None, np.flatnonzero(np.abs(Z @ w - 1) <= accuracy)
 
 
 def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -569,13 +601,14 @@ def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
     Z, marked = _signed(X, y), np.asarray(solution.support, bool)
     for b in np.ndindex(X.shape[:-2]):
         e = _exponent(_norm(Z[b]).max())
-        support, undecided = _support(np.ldexp(Z[b], -e), np.ldexp(w[b], e), np.ldexp(alpha[b], 2 * e))
+        decided, undecided = _support(np.ldexp(Z[b], -e), np.ldexp(w[b], e), np.ldexp(alpha[b], 2 * e))
         where = f" (problem {b})" if b else ""
-        if undecided is not None:
+        if decided is None:
             raise ValueError(f"solution.support is ambiguous{where}: the points {undecided.tolist()} lie within the "
                              "accuracy of solution.w, solution.alpha of the margin, and the multipliers do not single "
                              "out a face of support vectors that satisfies the KKT conditions to rounding; pass "
                              "solution=None (or linear.svm(X, y), the exact solver)")
+        support = decided[0]
         if (support != marked[b]).any():
             missing, extra = np.flatnonzero(support & ~marked[b]), np.flatnonzero(~support & marked[b])
             raise ValueError(f"solution.support must mark the points on the margin of solution.w{where}: it misses "
@@ -689,7 +722,9 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
 
 def residual(X: ArrayLike, y: ArrayLike, w: ArrayLike, t: ArrayLike, *, solution: SVM | None = None) -> np.ndarray:
     """rho(t) = w(t) - w_hat log t, shape of w: ``w`` (records, ..., d) iterates at the steps ``t`` (records,),
-    each t >= 1 (or one w (..., d) at a scalar t). ``solution``: the SVM of X, y if already solved.
+    each t >= 1 (or one w (..., d) at a scalar t). ``solution``: the SVM of X, y if already solved, checked as
+    in ``offset`` (KKT conditions to the relative accuracy GAP_TOL["hard"] = 1e-6, so a solution.w off by less,
+    e.g. 1e-7 relative, is accepted and its error passes into rho).
 
     Examples
     --------

@@ -255,22 +255,56 @@ def test_support_is_decided_at_the_accuracy_of_the_margins():
 @pytest.mark.parametrize("delta", [1e-6, 1e-8, 1e-9, 1e-10])
 def test_an_inexact_solver_never_marks_a_point_off_the_margin_silently(delta):
     """x3 = (1 + delta, 0) is off the margin of x1, x2 = (1, -+0.1) (alpha = (1/2, 1/2, 0), w_tilde = (log 2, 0)).
-    Clarabel, accurate to 2e-6 here (from its duality gap), gives x3 a multiplier of up to 0.3 for delta <= 1e-8: it
-    must then refuse, naming x3 and the exact solver, and offset must refuse its solution; else its support is exact."""
+    Clarabel gives x3 a multiplier of up to 0.3 for delta <= 1e-8; the face {x1, x2, x3} then fails the KKT conditions
+    (x3's margin is not 1 under w_S) and svm answers from the face {x1, x2}, returning its w_S; offset refuses the
+    solver's raw solution with x3 marked."""
     X, y = np.array([[1.0, -0.1], [1.0, 0.1], [1 + delta, 0.0]]), np.ones(3)
     exact = linear.svm(X, y)
     assert exact.support.tolist() == [True, True, False]
     assert np.allclose(linear.offset(X, y, solution=exact), [np.log(2), 0], rtol=0, atol=1e-12)
+    interior = linear.svm(X, y, solver="clarabel")
+    assert interior.support.tolist() == [True, True, False]
+    assert np.abs(linear.margins(X, y, interior.w) - [1, 1, 1 + delta]).max() <= 1e-15
     w, alpha = linear._clarabel(y[:, None] * X)  # max ||x_i|| is 1 to within 2^(1/2): the rows svm solves
     if delta >= 1e-6:
-        assert linear.svm(X, y, solver="clarabel").support.tolist() == [True, True, False]
         return
     assert alpha[2] > 1e-4  # the multiplier that marked x3 a support vector
-    with pytest.raises(ValueError, match=r"solver='clarabel' cannot decide .* points \[0, 1, 2\] .*solver='nnls'"):
-        linear.svm(X, y, solver="clarabel")
-    ambiguous = linear.SVM(w=w, alpha=alpha, support=np.ones(3, bool), margin=1 / np.linalg.norm(w))
-    with pytest.raises(ValueError, match=r"solution.support is ambiguous: the points \[0, 1, 2\].*solution=None"):
-        linear.offset(X, y, solution=ambiguous)
+    raw = linear.SVM(w=w, alpha=alpha, support=np.ones(3, bool), margin=1 / np.linalg.norm(w))
+    with pytest.raises(ValueError, match=r"solution.support must mark .* misses \[\] and marks \[2\] off"):
+        linear.offset(X, y, solution=raw)
+
+
+@pytest.mark.parametrize("h, delta", [(1e-4, 1e-8), (1e-3, 1e-10), (1e-4, 1e-10), (0.1, 1e-6)])
+def test_svm_answers_exactly_on_an_ill_conditioned_face(h, delta):
+    """x3 = (1 + delta, 0, 1) is delta off the margin of x1, x2 = (1, -+h, 0) (w_hat = (1, 0, 0)); the face of all
+    three has w_S = (1, 0, -delta) with x3's multiplier -delta, which a sign tolerance growing like cond^2 = 1/h^2
+    accepted. Both solvers must mark x1, x2 only and return w with x3's margin 1 + delta to rounding."""
+    X, y = np.array([[1, -h, 0], [1, h, 0], [1 + delta, 0, 1]]), np.ones(3)
+    for solver in ("nnls", "clarabel"):
+        sol = linear.svm(X, y, solver=solver)
+        assert sol.support.tolist() == [True, True, False]
+        assert abs(linear.margins(X, y, sol.w)[2] - 1 - delta) <= 1e-15
+
+
+@pytest.mark.parametrize("h, deltas", [(1e-3, [3e-14, 1e-13]), (1e-5, [3e-14, 1e-12, 3e-11]),
+                                       (1e-7, [3e-14, 1e-11, 1e-9])])
+def test_exact_solver_decides_a_point_near_the_margin_of_dependent_points(h, deltas):
+    """x3 = (1 + delta, 0) next to x1, x2 = (1, -+h), in the bands where the exact solver raised SolverError: it
+    answers, with x1, x2 marked, x3 marked only as float64 cannot tell it from a support vector, and w = (1, 0)."""
+    for delta in deltas:
+        X, y = np.array([[1, -h], [1, h], [1 + delta, 0]]), np.ones(3)
+        sol = linear.svm(X, y)
+        assert sol.support[:2].all() and np.allclose(sol.w, [1, 0], rtol=0, atol=1e-8)
+
+
+def test_svm_walks_to_a_feasible_face():
+    """The feasibility check: from a solution whose multipliers sit on x1 alone (w = (1, 0)), x2 = (1, -1) has
+    margin 1 but x3 = (0.5, 1) has margin 0.5; only adding x3 gives the KKT conditions, and the support must say so."""
+    Z = np.array([[1.0, 0.0], [1.0, -1.0], [0.5, 1.0]])
+    exact = linear.svm(Z, np.ones(3))
+    decided, _ = linear._support(Z, np.array([1.0, 0.0]), np.array([1.0, 0.0, 0.0]))
+    assert decided is not None and (decided[0] == exact.support).all() and not decided[0][0] and decided[0][2]
+    assert np.allclose(decided[1], exact.w, rtol=0, atol=1e-14)
 
 
 def test_svm_decides_a_zero_multiplier_support_vector_with_either_solver():
