@@ -157,7 +157,8 @@ def _sweep_cases():
 def test_soft_margin_matches_cvxpy_on_random_penalties():
     """Language problems (V = 3 and 6) and Gaussian rows, C log-uniform on [1e-3, 1e5], both objectives and both
     slack kinds: certified, no worse than cvxpy, the multiplier identity; or, in at most 2 of the 160 (measured: 1,
-    language 9 at C = 8.3e4), with shared slacks at C above 4e4, SolverError stating the bound on ||W - W*||."""
+    language 9 at C = 8.3e4, with shared slacks), at C above 4e4, SolverError stating the bound on ||W - W*||
+    (which cases cross the bound there depends on the BLAS kernel's round-off, so not which slack kind)."""
     refused = []
     for name, rows, A, token, rng in _sweep_cases():
         for groups in (None, np.unique(token, return_inverse=True)[1]):
@@ -170,7 +171,7 @@ def test_soft_margin_matches_cvxpy_on_random_penalties():
                     refused.append((C, groups is not None))
                 except AssertionError as error:
                     raise AssertionError(f"{name}, C={C:g}, {objective}, groups {groups is not None}") from error
-    assert len(refused) <= 2 and all(C > 4e4 and grouped for C, grouped in refused), refused
+    assert len(refused) <= 2 and all(C > 4e4 for C, _ in refused), refused
 
 
 @pytest.mark.parametrize("slack", ["constraint", "token"])
@@ -281,6 +282,11 @@ def test_the_norm_gap_is_P_minus_D(rows, W, lam, C, groups, gap):
     ("squared", 0.9, 0.9, 1.0),
     ("norm", 0.0, 2.0, 2.0),  # W = 0 at C = 2 > 1 (W* = 1): sum lam = P(0), only / ||A^T lam|| = 2 exposes it
     ("norm", 0.5, 1.0, 2.0),  # W = 0.5 = ||W|| A^T lam, half W* = 1: the "squared" form at C' = 1 has gap 0.25
+    # W* = 0 for C < 1: W = 1 passes the "squared" test at C' = C (ratio 0.5); only the "norm" gap (5e-6) rejects it
+    ("norm", 1.0, 1 - 5e-6, 1 - 5e-6),
+    ("squared", 0.0, 1.0, 1.0),  # W = 0 at C = 1 (W* = 1): its absolute bound sqrt(32 eps C) rejects it, sqrt(32) not
+    # W = 1 - d at C = 1 (W* = 1): gap d^2, so sqrt(2 gap) = 1.2 W_TOL ||W|| is refused; sqrt(gap) (0.85) would pass
+    ("squared", 1 - 0.85e-5, 1 - 0.85e-5, 1.0),
 ])
 def test_unsound_formulas_would_certify_these(objective, W, lam, C):
     """Candidates off the optimum that a dual bound without its 1/2 (or 1 / max(1, ||A^T lam||)), or a primal

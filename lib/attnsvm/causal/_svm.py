@@ -172,8 +172,10 @@ def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: floa
     MAX_BYTES. Every soft-margin answer is certified by its multipliers (``svm.soft_margin_svm``): ||W - W*||_F <=
     sqrt(2 (P - D)) <= 1e-5 ||W||_F for the squared form (for "norm": the squared form at C ||W||_F, and its own
     relative duality gap at most ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off); raises svm.SolverError where no
-    candidate is certified (measured: the squared form at C >= 1e6 on next-token problems; a smaller C, or for
-    "norm" the squared form at C' = C ||W||_F, may be certified), or where a hard-margin gap exceeds
+    candidate is certified (measured on next-token problems: from C ~ 2e4 for both objectives, every case at
+    C >= 1e6; a smaller C may be certified; W = 0 is certified to an absolute bound, sqrt(32 eps C g) for g slack
+    groups, and within about 1e-9 relative of the "norm" W = 0 threshold either side may be returned), or where a
+    hard-margin gap exceeds
     ``svm.GAP_TOL["hard"]``.
 
     Examples
