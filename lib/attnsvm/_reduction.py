@@ -21,6 +21,8 @@ from .data import Problem, _as_problem
 from .model import _loss_kind, logits
 from .theory import _margins, _with_queries, optimal_tokens, token_scores
 
+__all__ = ["Reduction", "leak", "limiting_weights", "reduction_constants", "surrogate", "weight_ratios"]
+
 # Lambda(top): a Lipschitz constant of log|l'| on an interval whose right end is `top` ((log sigma(-x))' = -sigma(x))
 _LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: 1 / (1 + math.exp(-top)), "exponential": lambda top: 1.0,
                         "linear": lambda top: 0.0}
