@@ -24,7 +24,7 @@ from .theory import _margins, _with_queries, optimal_tokens, token_scores
 __all__ = ["Reduction", "leak", "limiting_weights", "reduction_constants", "surrogate", "weight_ratios"]
 
 # Lambda(top): a Lipschitz constant of log|l'| on an interval whose right end is `top` ((log sigma(-x))' = -sigma(x))
-_LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: 1 / (1 + math.exp(-top)), "exponential": lambda top: 1.0,
+_LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: 0.5 * (1 + math.tanh(top / 2)), "exponential": lambda top: 1.0,
                         "linear": lambda top: 0.0}
 
 
@@ -148,9 +148,13 @@ def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
                          "K = 1 + Delta_max/Delta_min + Lambda Delta_max e^{Lambda Delta_max/4} overflows float64; "
                          "scale the tokens or the head v down")
     eps_bar = 1 / (2 * K)
+    E_0 = float(slopes.min()) * delta_min * eps_bar / problem.n
+    if not E_0 >= np.finfo(float).tiny:
+        raise ValueError(f"problem's selection level E_0 = |l'|_min Delta_min eps_bar / n underflows float64 (K = "
+                         f"{K:.3g}, smallest |l'| on the score range {float(slopes.min()):.3g}); scale the tokens or "
+                         "the head v down")
     return Reduction(o.numpy(), gaps.numpy(), torch.exp(log_c).numpy(), delta_min, delta_max,
-                     float(slopes.min()), float(slopes.max()), lam, K, eps_bar,
-                     float(slopes.min()) * delta_min * eps_bar / problem.n)
+                     float(slopes.min()), float(slopes.max()), lam, K, eps_bar, E_0)
 
 
 def leak(problem: Problem, W: ArrayLike) -> np.ndarray:

@@ -81,3 +81,22 @@ def test_a_K_that_overflows_is_refused():
     """Lambda ~ 1 and Delta_max = 2910: e^{Lambda Delta_max / 4} overflows float64."""
     with pytest.raises(ValueError, match="problem has a largest gap .* overflows float64.*scale the tokens"):
         theory.reduction_constants(three_scores(10.0, -2900.0), loss="logistic")
+
+
+@pytest.mark.parametrize("top, low", [(700.0, 520.0), (700.0, 600.0)])
+def test_a_selection_level_that_underflows_is_refused(top, low):
+    """K about 7e78 and |l'| about 1e-304 on the score range: E_0 underflows, refused rather than returned as 0."""
+    problem = data.Problem([[[top, 0.0], [0.0, 1.0], [low, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    with pytest.raises(ValueError, match="problem's selection level E_0"):
+        theory.reduction_constants(problem)
+
+
+def test_scores_far_below_zero_do_not_overflow_lambda():
+    """Lambda = sigma(top) for the logistic loss, at a top score of -800: computed, not a math range error."""
+    problem = data.Problem([[[-800.0, 0.0], [-900.0, 1.0], [-1000.0, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    try:
+        constants = theory.reduction_constants(problem)
+    except ValueError as error:
+        assert "problem" in str(error)
+    else:
+        assert 0 <= constants.log_slope_lipschitz < 1e-300
