@@ -24,8 +24,9 @@ from .theory import _margins, _with_queries, optimal_tokens, token_scores
 __all__ = ["Reduction", "leak", "limiting_weights", "reduction_constants", "surrogate", "weight_ratios"]
 
 # Lambda(top): a Lipschitz constant of log|l'| on an interval whose right end is `top` ((log sigma(-x))' = -sigma(x))
-_LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: 0.5 * (1 + math.tanh(top / 2)), "exponential": lambda top: 1.0,
-                        "linear": lambda top: 0.0}
+_LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: (math.exp(top) / (1 + math.exp(top)) if top < 0  # sigma(top)
+                                                  else 1 / (1 + math.exp(-top))),
+                        "exponential": lambda top: 1.0, "linear": lambda top: 0.0}
 
 
 class Reduction(NamedTuple):

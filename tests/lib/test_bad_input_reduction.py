@@ -91,6 +91,13 @@ def test_a_selection_level_that_underflows_is_refused(top, low):
         theory.reduction_constants(problem)
 
 
+def test_lambda_keeps_its_precision_far_below_zero():
+    """Lambda = sigma(top) to full relative precision where 1 - sigma(-top) would round to 0 (top = -40)."""
+    problem = data.Problem([[[-40.0, 0.0], [-60.0, 1.0], [-80.0, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
+    top = float(theory.token_scores(problem).max())
+    assert abs(theory.reduction_constants(problem).log_slope_lipschitz / (np.exp(top) / (1 + np.exp(top))) - 1) < 1e-15
+
+
 def test_scores_far_below_zero_do_not_overflow_lambda():
     """Lambda = sigma(top) for the logistic loss, at a top score of -800: computed, not a math range error."""
     problem = data.Problem([[[-800.0, 0.0], [-900.0, 1.0], [-1000.0, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.0])
@@ -99,4 +106,4 @@ def test_scores_far_below_zero_do_not_overflow_lambda():
     except ValueError as error:
         assert "problem" in str(error)
     else:
-        assert 0 <= constants.log_slope_lipschitz < 1e-300
+        assert 0 <= constants.log_slope_lipschitz < 1e-300  # sigma(-800) ~ 1e-348 rounds to 0
