@@ -39,7 +39,7 @@ LOSSES = ("exponential", "logistic")
 SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
 ACTIVE_TOL = 1e-6  # a multiplier above ACTIVE_TOL times the largest is positive: its point is on the margin
 OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give solution.w to this relative accuracy
-# (the exact solver's to ~1e-12; svm(solver="clarabel") returns the certified w_S, exact to rounding)
+# (the exact solver's to ~1e-12; svm(solver="clarabel") returns the face's w_S, within its solution's accuracy)
 
 
 @dataclass(frozen=True)
@@ -195,22 +195,28 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
 
     ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
     to machine precision; its w and alpha are returned) or "clarabel" (an interior-point method through cvxpy,
-    independent of it, accurate to about 1e-5 here by its duality gap; the certified w_S and multipliers below are
+    independent of it, accurate to about 1e-5 here by its duality gap; the w_S and multipliers of the face below are
     returned). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the origin,
     and a ValueError when X is so large that the multipliers alpha ~ 1 / max_i ||x_i||^2 fall below the normal
     range of float64 (they would lose precision). ``support`` is decided for either solver by a certificate: from
     S0 = the active points A (alpha_i above ``ACTIVE_TOL`` times the largest) and every point whose margin is 1
-    within its accuracy |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||z_i|| ||Z_A w - 1|| / sigma_min(Z_A) (the
-    error of w that the margins of A show; z_i = y_i x_i), a walk over faces S (drop a point whose margin under w_S
-    is not 1, or the most negative multiplier; add the most violated point) stops at the first S whose
+    within its accuracy |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||(Z_A^+)^T z_i|| ||Z_A w - 1|| (how far the
+    error of w that the margins of A show moves m_i; z_i = y_i x_i), a walk over faces S stops at the first S whose
     minimum-norm w_S with m_i(w_S) = 1 on S satisfies the KKT conditions to rounding: margins 1 on S, every
     margin >= 1, and multipliers a >= 0 on S with Z_S^T a = w_S up to their first-order rounding error, bounded
-    point by point (so a point 1e-8 off the margin is not taken for a support vector where the other support
-    vectors are nearly dependent). By the KKT conditions w_S is then w_hat, whichever face was walked, and
-    ``support`` is S0's rule applied to (w_S, a): a point nearer the margin than that accuracy counts as a support
-    vector (float64 cannot tell it from one). Where no face within 2n steps passes, the exact solver raises
-    ``SolverError`` (with a remedy) and "clarabel" a ValueError naming the points within its solution's accuracy
-    (from its duality gap) of the margin and the fix, solver="nnls"; on the data of the tests neither happens.
+    point by point. A failing S loses a point (if no w has margins 1 on S: the one whose removal leaves the smallest
+    residual, preferring one the smaller face keeps feasible; else the most negative multiplier) or gains the point
+    of smallest margin (the walk stops, no face found, rather than add back a dropped point); a passing S with
+    some a_i <= ACTIVE_TOL max_j a_j gives way to S \ {i} where that face passes too and keeps m_i >= 1 to the
+    rounding of m_i (its w_S has the smaller norm). What is certified: w_S is
+    optimal for data within rounding of X (O(k d eps ||Z||)), not that w_S is w_hat to a given accuracy where the
+    face is ill-conditioned; so "clarabel" returns (w_S, a) only where ||w_S - w|| is within its solution's accuracy
+    (||w - w_hat|| <= sqrt(2 gap) + the distance to feasibility, by weak duality) and raises a ValueError naming
+    the fix, solver="nnls", otherwise; "nnls" returns its own w and alpha. ``support`` is S0's rule applied to
+    (w_S, a): a point nearer the margin than that accuracy counts as a support vector (float64 cannot tell it from
+    one). Where no face within 2n steps passes, the exact solver raises ``SolverError`` and "clarabel" a ValueError
+    naming the points within its solution's accuracy of the margin and the fix, solver="nnls"; on the data of the
+    tests neither happens.
 
     Examples
     --------
@@ -243,15 +249,23 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
             if solver == "nnls":
                 raise SolverError(f"svm: no face of support vectors near the exact solver's solution of X, y"
                                   f"{f' (problem {b} of the batch)' if b else ''} satisfies the KKT conditions to "
-                                  "rounding (X too ill-conditioned for float64?); rescale X, or remove points that "
-                                  "nearly repeat others")
+                                  "rounding (X too ill-conditioned for float64: remove points that nearly repeat "
+                                  "others)")
             raise ValueError(f"solver={solver!r} cannot decide the support vectors of X, y"
                              f"{f' (problem {b} of the batch)' if b else ''}: the points {undecided.tolist()} lie "
                              "within the solution's accuracy of the margin, and its multipliers do not single out a "
                              "face of support vectors that satisfies the KKT conditions to rounding; pass "
                              "solver='nnls' (exact)")
         support[b] = decided[0]
-        if solver == "clarabel":  # its w_S and multipliers (the exact solver's own agree with them to rounding)
+        if solver == "clarabel":  # its w_S and multipliers, if w_S is within the solver's accuracy of its w
+            distance, bound = _norm(decided[1] - w_b), _distance(rows, w_b, alpha_b)
+            if not distance <= bound:
+                where = f" (problem {b} of the batch)" if b else ""
+                raise ValueError(f"solver={solver!r} cannot certify the SVM of X, y{where}: "
+                                 f"the face of support vectors that satisfies the KKT conditions to rounding has w "
+                                 f"{distance:.1e} from the solver's w, more than its accuracy {bound:.1e} (by its "
+                                 "duality gap; rows scaled to max_i ||x_i|| ~ 1), so float64 cannot tell which is "
+                                 "w_hat; pass solver='nnls' (exact)")
             w_b, alpha_b = decided[1:]
         with np.errstate(over="ignore", under="ignore"):
             w[b], alpha[b] = np.ldexp(w_b, -e), np.ldexp(alpha_b, -2 * e)
@@ -273,10 +287,11 @@ def _on_margin(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     points A and those whose margin is 1 within its accuracy."""
     eps = np.finfo(float).eps
     active = alpha > ACTIVE_TOL * alpha.max()
-    sv = np.linalg.svd(Z[active], compute_uv=False)
-    smallest = sv[sv > active.sum() * eps * sv[0]][-1]  # w lies in the row space of Z_A
-    error = np.linalg.norm(Z[active] @ w - 1) / smallest
-    accuracy = 4 * Z.shape[1] * eps * (np.abs(Z) @ np.abs(w)) + _norm(Z) * error
+    _, sv, Vt = np.linalg.svd(Z[active], full_matrices=False)
+    rank = int((sv > active.sum() * eps * sv[0]).sum())  # w lies in the row space of Z_A
+    # w - Z_A^+ 1 = Z_A^+ r, r = Z_A w - 1: it moves m_i by z_i^T Z_A^+ r, at most ||(Z_A^+)^T z_i|| ||r||
+    reach = np.linalg.norm((Z @ Vt[:rank].T) / sv[:rank], axis=1)
+    accuracy = 4 * Z.shape[1] * eps * (np.abs(Z) @ np.abs(w)) + reach * np.linalg.norm(Z[active] @ w - 1)
     return active | (np.abs(Z @ w - 1) <= accuracy)
 
 
@@ -299,8 +314,17 @@ def _face(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, 
                                         + 2 * _norm(a) * np.linalg.norm(U / sv, axis=1))
     points, margins = np.flatnonzero(S), Z @ w_S
     off = np.abs(margins[S] - 1)
-    if off.max() > rounding:
-        return w_S, a, int(points[off.argmax()])
+    if off.max() > rounding:  # overdetermined: drop the point whose removal leaves the smallest residual (and,
+        # among those, one that the smaller face's w keeps on the feasible side, then the farthest off the margin)
+        left, kept = np.zeros(k), np.ones(k, bool)
+        for j in range(k):
+            T = np.delete(points, j)
+            if T.size:
+                w_T = np.linalg.lstsq(Z[T], np.ones(k - 1), rcond=None)[0]
+                left[j], kept[j] = _norm(Z[T] @ w_T - 1), Z[points[j]] @ w_T >= 1 - rounding
+        best = left <= left.min() + rounding
+        best &= kept if (best & kept).any() else best
+        return w_S, a, int(points[np.argmax(np.where(best, off, -1.0))])
     if (a[S] < -slack).any():
         return w_S, a, int(points[np.argmin(a[S] + slack)])
     if margins.min() < 1 - rounding * _norm(Z).max() / sv[0]:
@@ -315,19 +339,49 @@ def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) \
     solution's accuracy of the margin) where no face reached from S0 satisfies the KKT conditions to rounding (the
     support is ambiguous)."""
     S, n = _on_margin(Z, w, alpha), Z.shape[0]
+    dropped = np.zeros(n, bool)  # tabu: a point dropped from S is never added back
     for _ in range(2 * n):  # an active-set walk: drop a point that breaks the KKT conditions, or add one
         w_S, a, change = _face(Z, S, alpha)
-        if change is None:
-            a = np.maximum(a, 0.0)
-            return (_on_margin(Z, w_S, a), w_S, a), None
+        if change is None:  # S passes; where S \ {i} for an a_i ~ 0 passes too, keeping m_i >= 1 to the rounding
+            # of m_i, its w_S has the smaller norm
+            vanishing = np.flatnonzero(S & (a <= ACTIVE_TOL * a.max()))
+            smaller = [T for T, i in ((S & (np.arange(n) != i), i) for i in vanishing)
+                       if T.any() and _smaller(Z, T, i, alpha)]
+            if not smaller:
+                a = np.maximum(a, 0.0)
+                return (_on_margin(Z, w_S, a), w_S, a), None
+            dropped |= S & ~smaller[0]
+            S = smaller[0]
+            continue
+        if dropped[change]:
+            break
+        dropped[change] = S[change]
         S[change] = not S[change]
         if not S.any():
             break
     eps, d = np.finfo(float).eps, Z.shape[1]
-    feasible = w / min(1.0, (Z @ w).min()) if (Z @ w).min() > 0 else w
-    gap = max(0.5 * feasible @ feasible - alpha.sum() + 0.5 * _norm(Z.T @ alpha) ** 2, 0.0)
-    accuracy = _norm(Z) * (np.sqrt(2 * gap) + _norm(feasible - w)) + 4 * d * eps * (np.abs(Z) @ np.abs(w))
+    accuracy = _norm(Z) * _distance(Z, w, alpha) + 4 * d * eps * (np.abs(Z) @ np.abs(w))
     return None, np.flatnonzero(np.abs(Z @ w - 1) <= accuracy)
+
+
+def _distance(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> float:
+    """A bound on ||w - w_hat|| for a solution (w, alpha >= 0) of the signed points Z (n, d), by weak duality:
+    ||v - w_hat||^2 <= 2 gap for the feasible v = w / min(1, min_i m_i(w)) and the duality gap
+    gap = ||v||^2 / 2 - sum_i alpha_i + ||Z^T alpha||^2 / 2 (plus its rounding); infinite if no m_i(w) > 0."""
+    low = (Z @ w).min()
+    if not low > 0:
+        return np.inf
+    feasible = w / min(1.0, low)
+    terms = (0.5 * feasible @ feasible, alpha.sum(), 0.5 * _norm(Z.T @ alpha) ** 2)
+    gap = max(terms[0] - terms[1] + terms[2], 0.0) + 4 * len(Z) * np.finfo(float).eps * sum(terms)
+    return float(np.sqrt(2 * gap) + _norm(feasible - w))
+
+
+def _smaller(Z: np.ndarray, T: np.ndarray, i: int, alpha: np.ndarray) -> bool:
+    """Whether the face T (n,) passes the KKT conditions to rounding with the point i, left out, on its feasible
+    side to the rounding of its margin: m_i(w_T) >= 1 - 4 d eps |z_i|^T |w_T|."""
+    w_T, _, change = _face(Z, T, alpha)
+    return change is None and Z[i] @ w_T >= 1 - 4 * Z.shape[1] * np.finfo(float).eps * (np.abs(Z[i]) @ np.abs(w_T))
 
 
 def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

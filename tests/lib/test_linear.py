@@ -290,11 +290,90 @@ def test_svm_answers_exactly_on_an_ill_conditioned_face(h, delta):
                                        (1e-7, [3e-14, 1e-11, 1e-9])])
 def test_exact_solver_decides_a_point_near_the_margin_of_dependent_points(h, deltas):
     """x3 = (1 + delta, 0) next to x1, x2 = (1, -+h), in the bands where the exact solver raised SolverError: it
-    answers, with x1, x2 marked, x3 marked only as float64 cannot tell it from a support vector, and w = (1, 0)."""
+    answers w = (1, 0) with x1, x2 marked and x3 not (its margin 1 + delta, delta >= 3e-14, is one float64 tells from
+    1: the accuracy of a margin follows the point's own direction, not ||z_i|| / sigma_min(Z_A) ~ 1 / h), so offset
+    gives (log 2, 0) to rounding, not the (log 3, 0) of x3 marked."""
     for delta in deltas:
         X, y = np.array([[1, -h], [1, h], [1 + delta, 0]]), np.ones(3)
         sol = linear.svm(X, y)
-        assert sol.support[:2].all() and np.allclose(sol.w, [1, 0], rtol=0, atol=1e-8)
+        assert sol.support.tolist() == [True, True, False] and np.allclose(sol.w, [1, 0], rtol=0, atol=1e-8)
+        # w_tilde_2 = (log alpha_1 - log alpha_2) / (2 h) carries the rounding of the logs divided by h (see offset)
+        assert (np.abs(linear.offset(X, y) - [np.log(2), 0]) <= [1e-12, 1e-15 / h]).all()
+
+
+def padded(D, s, delta):
+    """x1, x2 = (1, -+0.1, 0, ...), x3 = (1 + delta, 0, s, 0, ...) and the unit vectors e_j, j >= 3, all y = 1:
+    w_hat = (1, 0, 0, 1, ..., 1) with x3 off the margin by delta; the face with x3 has the multiplier
+    a_3 ~ -delta / s^2, within its rounding, and a w_S 23% from w_hat at D = 60, s = 1e-10, delta = 1.8e-10."""
+    X = np.zeros((D, D))
+    X[0, :2], X[1, :2], X[2, [0, 2]] = [1, -0.1], [1, 0.1], [1 + delta, s]
+    X[range(3, D), range(3, D)] = 1.0
+    return X, np.ones(D), np.r_[1.0, 0.0, 0.0, np.ones(D - 3)]
+
+
+@pytest.mark.parametrize("D, s, delta", [(30, 1e-8, 1.8e-11), (60, 1e-8, 1e-10), (60, 1e-10, 1.8e-10)])
+def test_svm_takes_the_smaller_face_when_a_multiplier_vanishes(D, s, delta):
+    """On ``padded`` data the face {x1, x2, x3, e_j} passes the KKT conditions to rounding; x3's multiplier is ~ 0, so
+    svm tries the face without x3, which passes too and has the smaller ||w||: both solvers return w_hat."""
+    X, y, w_hat = padded(D, s, delta)
+    for solver in ("nnls", "clarabel"):
+        sol = linear.svm(X, y, solver=solver)
+        assert sol.support[:3].tolist() == [True, True, False] and sol.support[3:].all()
+        assert np.linalg.norm(sol.w - w_hat) <= 1e-14 * np.linalg.norm(w_hat)
+
+
+def test_svm_keeps_a_support_vector_whose_multiplier_the_solver_put_on_a_parallel_point():
+    """x0 = (1 + 1e-14) x5 (x5 the only support vector): the exact solver puts the multiplier on x0; the face
+    {x0, x5} passes with a_5 ~ 0, but the face {x0} leaves x5 1e-14 below the margin, more than the rounding of its
+    margin, so svm keeps x5 marked rather than answer from {x0}."""
+    Z = np.array([[-0.02898042896636593, -0.13443353541668918, -0.12151306878134706, 0.0268094054555334],
+                  [0.06907188743941316, -0.4282649874803255, 0.03296477948472644, -0.33342757614408597],
+                  [0.030068645713947892, -0.7392703904362207, 0.1301411326815983, -0.15151826923630635],
+                  [0.06885842312415237, -0.4277585261526088, 0.03271834263710531, -0.33304020196379375],
+                  [0.4552064258219856, -0.23600298440817133, -0.47773998172281223, -0.7133401790901005],
+                  [-0.028980428966365646, -0.13443353541668787, -0.12151306878134586, 0.02680940545553314]])
+    sol = linear.svm(Z, np.ones(6))
+    assert sol.support[5] and not sol.support[1:5].any()
+    assert linear.margins(Z, np.ones(6), sol.w).min() >= 1 - 1e-15
+
+
+def test_clarabel_refuses_a_face_farther_than_its_accuracy(monkeypatch):
+    """Where the walk ends on a face whose w_S is farther from the interior-point solution than the solver's accuracy
+    (from its duality gap), svm(solver="clarabel") refuses rather than return w_S: here the face with x3 of ``padded``
+    data, forced (w_S 23% from w_hat)."""
+    X, y, w_hat = padded(60, 1e-10, 1.8e-10)
+
+    def wide(Z, w, alpha):
+        w_S, a, _ = linear._face(Z, np.ones(len(Z), bool), alpha)
+        return (np.ones(len(Z), bool), w_S, np.maximum(a, 0.0)), None
+
+    monkeypatch.setattr(linear, "_support", wide)
+    with pytest.raises(ValueError, match=r"solver='clarabel' cannot certify .* more than its accuracy .*solver='nnls'"):
+        linear.svm(X, y, solver="clarabel")
+
+
+def test_a_given_solution_whose_support_no_face_certifies_is_refused(monkeypatch):
+    """offset and residual refuse a solution for which the walk over faces from its (w, alpha) ends without a face
+    that satisfies the KKT conditions (forced here), naming the points near the margin and the fix."""
+    X, y = data(seed=3)
+    sol = linear.svm(X, y)
+    monkeypatch.setattr(linear, "_support", lambda Z, w, alpha: (None, np.array([0, 2])))
+    for call in (lambda: linear.offset(X, y, solution=sol), lambda: linear.residual(X, y, sol.w, 2.0, solution=sol)):
+        with pytest.raises(ValueError, match=r"solution.support is ambiguous: the points \[0, 2\] .*solution=None"):
+            call()
+
+
+def test_svm_walk_does_not_cycle_between_faces():
+    """Clarabel's solution of these points (x1 and x3 nearly equal, 9e-9 off the margin of x2, x3) starts the walk at
+    {x1, x2, x3}, overdetermined; dropping x3 (farthest off) led to {x1, x2}, which re-added x3, a cycle that refused
+    valid data. Dropping the point whose removal leaves the smallest residual and keeps it feasible, x1, and never
+    re-adding a dropped point, both solvers answer the exact support {x2, x3}."""
+    Z = np.array([[-0.2940378385092456, 0.14330338267113146], [-0.14588659379608432, -0.5180273420263898],
+                  [-0.2940378100788135, 0.14330326643877886], [-0.6774446844992937, -0.1671446789528763],
+                  [-0.038080047124628466, -0.9992746919696236]])
+    exact, interior = linear.svm(Z, np.ones(5)), linear.svm(Z, np.ones(5), solver="clarabel")
+    assert exact.support.tolist() == interior.support.tolist() == [False, True, True, False, False]
+    assert np.allclose(interior.w, exact.w, rtol=0, atol=1e-12)
 
 
 def test_svm_walks_to_a_feasible_face():
