@@ -809,6 +809,15 @@ def reduction_weights_without_n():
           lambda original: lambda problem, *args, **kwargs: original(problem, *args, **kwargs) * problem.n)
 
 
+@fault("04_local_convergence", "tests/lib/test_cone.py::test_constants_match_their_definitions")
+def cone_radius_without_other_tokens():
+    """The cone lemma's constants forget the tokens off the support (|N| = 0), so its radius drops the term that
+    makes their pull, of order e^{-rho m delta / 2}, negligible: far too small a radius."""
+    from attnsvm import theory
+    patch(theory, "cone_constants",
+          lambda original: lambda *args, **kwargs: original(*args, **kwargs)._replace(n_other=0))
+
+
 # ================================================================== installing a fault in a process
 
 _ARMED = {"name": None, "done": False, "busy": False}

@@ -207,7 +207,7 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     point by point. A failing S loses a point (if no w has margins 1 on S: the one whose removal leaves the smallest
     residual, preferring one the smaller face keeps feasible; else the most negative multiplier) or gains the point
     of smallest margin (the walk stops, no face found, rather than add back a dropped point); a passing S with
-    some a_i <= ACTIVE_TOL max_j a_j gives way to S \ {i} where that face passes too and keeps m_i >= 1 to the
+    some a_i <= ACTIVE_TOL max_j a_j gives way to S minus {i} where that face passes too and keeps m_i >= 1 to the
     rounding of m_i (its w_S has the smaller norm). What is certified: w_S is
     optimal for data within rounding of X (O(k d eps ||Z||)), not that w_S is w_hat to a given accuracy where the
     face is ill-conditioned; so "clarabel" returns (w_S, a) only where ||w_S - w|| is within its solution's accuracy

@@ -1,0 +1,190 @@
+"""The cone around a locally-optimal selection's Att-SVM direction (Chapter 4's local theorem, proved by reduction).
+
+For a locally-optimal selection alpha, with A_it = (x_{i alpha_i} - x_it) z_i^T, W_hat = W^mm_alpha / ||W^mm_alpha||
+and m = 1 / ||W^mm_alpha||, the cone lemma says: if corr(W, W_hat) >= 1 - zeta' and ||W|| >= R(eps, zeta'), then
+<-grad L(W), W_hat> > 0 and <-grad L(W), W / ||W||> <= (1 + 2 eps) <-grad L(W), W_hat>. These functions compute the
+lemma's constants and radii, the radii from which gradient descent (plain or normalized) provably stays in the cone
+and converges in direction to W_hat, and the two sides of the lemma's inequality at given W. One unbatched problem.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from . import svm
+from .data import Problem, _as_problem
+from .model import _loss_kind
+from .theory import _margins, _selection, _with_queries, locally_optimal, margins, support_tokens, token_scores
+
+__all__ = ["Cone", "cone_constants", "cone_sides"]
+
+
+class Cone(NamedTuple):
+    """The constants of the cone lemma for one problem, one locally-optimal selection and one loss.
+
+    ``W_mm`` W^mm_alpha; ``m`` = 1/||W^mm_alpha||; ``A_max`` the largest ||A_it||; ``delta`` = min mu_it(W^mm_alpha) - 1
+    over the tokens off the support (inf if none); ``gap`` g, the smallest gamma_{i alpha_i} - gamma_it over the
+    support tokens; ``spread`` Gamma, the largest max_t gamma_it - min_t gamma_it; ``slope_min``, ``slope_max`` the
+    smallest and largest |l'| on the score range I; ``c_min`` = slope_min g / (4n), ``c_max`` = slope_max Gamma / n;
+    ``n_support``, ``n_other`` the numbers of support and other pairs (i, t != alpha_i); ``T``; ``loss_drop`` D =
+    l(min I) - l(max I) >= L(W) - inf L for every W; ``zeta_max`` = (m min(1, delta) / (4 A_max))^2, the widest
+    start cone the theorem allows.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> cone = theory.cone_constants(problem, theory.optimal_tokens(problem))
+    >>> bool(0 < cone.zeta_max < 1 and cone.c_min <= cone.c_max)
+    True
+    """
+
+    W_mm: np.ndarray
+    m: float
+    A_max: float
+    delta: float
+    gap: float
+    spread: float
+    slope_min: float
+    slope_max: float
+    c_min: float
+    c_max: float
+    n_support: int
+    n_other: int
+    T: int
+    loss_drop: float
+    zeta_max: float
+
+    def radius(self, eps: float, zeta: float) -> float:
+        """R(eps, zeta): the cone lemma holds with factor 1 + 2 eps at every W with corr(W, W_hat) >= 1 - zeta and
+        ||W|| >= R, for 0 < eps <= 1 and 0 < zeta <= 2 zeta_max (so that A_max sqrt(2 zeta) <= m min(1, delta)/2)."""
+        eps = _in_range(eps, "eps", 0.0, 1.0)
+        zeta = _in_range(zeta, "zeta", 0.0, 2 * self.zeta_max)
+        m = self.m
+        terms = [2 / m * math.log((self.T - 1) * max(2.0, 2 * self.spread / self.gap)), 1 / m,
+                 1 / (eps * m) * math.log(2 * (1 + eps) * self.n_support * self.c_max / (eps * self.c_min))]
+        if self.n_other:
+            terms.append(2 / (m * self.delta) * math.log(
+                4 * (1 + eps) * self.n_other * self.c_max * self.A_max / (eps * self.c_min * m)))
+        return max(terms)
+
+    def start_radius(self, zeta: float, eta: float, *, normalized: bool) -> float:
+        """R_0: gradient descent with step eta (plain: eta <= 1/L_W; normalized: any eta > 0) from any W(0) with
+        corr(W(0), W_hat) >= 1 - zeta and ||W(0)|| >= R_0 stays at correlation >= 1 - 2 zeta and converges in
+        direction to W_hat; 0 < zeta <= zeta_max."""
+        zeta = _in_range(zeta, "zeta", 0.0, self.zeta_max)
+        eta = _in_range(eta, "eta", 0.0, math.inf)
+        second = eta / (self.slope() * zeta) if normalized else math.sqrt(eta * self.loss_drop / zeta)
+        return max(self.radius(zeta / 2, 2 * zeta), second) / (1 - zeta)
+
+    def slope(self) -> float:
+        """q = m / (2 A_max): in the cone, every normalized step raises <W, W_hat> by at least q eta."""
+        return self.m / (2 * self.A_max)
+
+
+def _in_range(value: object, name: str, low: float, high: float) -> float:
+    """`value` as a float in (low, high] (high excluded when infinite), else a ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not (low < value <= high and math.isfinite(value)):
+        raise ValueError(f"{name} must be in ({low:g}, {high:g}], got {value!r}")
+    return value
+
+
+def _checked(problem: object, alpha: ArrayLike) -> tuple[Problem, torch.Tensor]:
+    """(problem, alpha) for one problem with T >= 2 and a locally-optimal alpha, else a ValueError."""
+    problem = _with_queries(_as_problem(problem))
+    if problem.batch_shape:
+        raise ValueError(f"problem must be one problem, got a batch of shape {tuple(problem.batch_shape)}: pass "
+                         "problem[b]")
+    alpha = _selection(problem, alpha)
+    if not locally_optimal(problem, alpha):
+        raise ValueError("alpha is not locally optimal for problem (its Att-SVM is infeasible, or a support token "
+                         "scores at least as high as the selected token): the cone theorem needs a locally-optimal "
+                         "selection; check it with theory.locally_optimal")
+    return problem, alpha
+
+
+def cone_constants(problem: Problem, alpha: ArrayLike, loss: str = "logistic") -> Cone:
+    """The constants of the cone lemma for `problem`, the locally-optimal selection `alpha` and `loss`: see ``Cone``.
+    A ValueError where alpha is not locally optimal or |l'| under- or overflows on the score range."""
+    kind = _loss_kind(loss)
+    problem, alpha = _checked(problem, alpha)
+    W_mm = svm.att_svm(problem.X, problem.Z, alpha)
+    W_mm = np.asarray(W_mm.numpy() if isinstance(W_mm, torch.Tensor) else W_mm, dtype=float)
+    a = alpha.numpy()
+    off = np.arange(problem.T)[None, :] != a[:, None]
+    support = support_tokens(problem, W_mm, alpha)
+    mu = margins(problem, W_mm, alpha)
+    X, Z = problem.X.numpy(), problem.Z.numpy()
+    A = (X[np.arange(problem.n), a][:, None, :] - X)[..., :, None] * Z[:, None, None, :]  # A_it (n, T, d, d)
+    gamma = token_scores(problem).numpy()
+    ends = torch.tensor([gamma.min(), gamma.max()], dtype=torch.float64)
+    slopes = torch.exp(kind.log_slope(ends)).numpy()
+    if not (slopes.min() >= np.finfo(float).tiny and slopes.max() < math.inf):
+        raise ValueError(f"problem has scores in [{ends[0]:.4g}, {ends[1]:.4g}], where |l'| of the {loss} loss under- "
+                         "or overflows float64: scale the tokens or the head v down")
+    values = kind.value(ends).numpy()
+    m = 1 / float(np.linalg.norm(W_mm))
+    A_max = float(np.linalg.norm(A[off], axis=(-2, -1)).max())
+    other = off & ~support
+    delta = float((mu[other] - 1).min()) if other.any() else math.inf
+    gap = float((gamma[np.arange(problem.n), a][:, None] - gamma)[support].min())
+    spread = float((gamma.max(-1) - gamma.min(-1)).max())
+    n = problem.n
+    # |l'| is monotone on I for the library's losses, so its extremes on I are at the ends
+    slope_min, slope_max = float(slopes.min()), float(slopes.max())
+    zeta_max = (m * min(1.0, delta) / (4 * A_max)) ** 2
+    return Cone(W_mm, m, A_max, delta, gap, spread, slope_min, slope_max, slope_min * gap / (4 * n),
+                slope_max * spread / n, int(support.sum()), int(other.sum()), problem.T,
+                float(values[0] - values[1]), zeta_max)
+
+
+def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "logistic") -> tuple[np.ndarray, ...]:
+    """(<-grad L(W), W_hat> e^s, <-grad L(W), W / ||W||> e^s, corr(W, W_hat), s) for W (..., d, d), W != 0: the two
+    sides of the cone lemma's inequality, both multiplied by e^s with s the smallest margin min mu_it(W) (far out in
+    the cone the gradient underflows float64, its scaled sides do not), and the correlation that places W in a cone.
+    Computed from the exact gradient -grad L = sum c_it(W) e^{-mu_it(W)} A_it, with gbar_i - gamma_it summed pairwise.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> opt = theory.optimal_tokens(problem)
+    >>> W_mm = theory.cone_constants(problem, opt).W_mm
+    >>> along, own, corr, s = theory.cone_sides(problem, 5000 * W_mm, opt)  # on the axis: both sides agree
+    >>> bool(along > 0 and abs(own / along - 1) < 1e-12 and abs(corr - 1) < 1e-12)
+    True
+    """
+    kind = _loss_kind(loss)
+    problem, alpha = _checked(problem, alpha)
+    W = torch.as_tensor(np.asarray(W, dtype=float))
+    if W.ndim < 2 or W.shape[-2:] != (problem.d, problem.d):
+        raise ValueError(f"W must have shape (..., {problem.d}, {problem.d}), got {tuple(W.shape)}")
+    norms = W.norm(dim=(-2, -1))
+    if not (norms > 0).all():
+        raise ValueError("W must be non-zero: the cone is defined by the direction W / ||W||")
+    W_hat = torch.as_tensor(np.asarray(svm.att_svm(problem.X, problem.Z, alpha), dtype=float))
+    W_hat = W_hat / W_hat.norm()
+    off = torch.arange(problem.T) != alpha[:, None]
+    mu = _margins(problem, W, alpha)  # mu_it(W), 0 at alpha_i
+    shift = mu.masked_fill(~off, math.inf).flatten(-2).amin(-1)
+    gamma = token_scores(problem)
+    s = torch.softmax(-mu, -1)  # the attention: logits differ from -mu_it by a per-sequence constant
+    gbar = (s * gamma).sum(-1)
+    pair = (s[..., :, None] * (gamma[:, :, None] - gamma[:, None, :])).sum(-2)  # gbar_i - gamma_it
+    s_alpha = s.gather(-1, alpha.expand(s.shape[:-1])[..., None])
+    c = torch.exp(kind.log_slope(gbar))[..., None] * s_alpha * pair / problem.n
+    w = torch.where(off, c * torch.exp(-(mu - shift[..., None, None])), 0.0)
+    along = (w * _margins(problem, W_hat, alpha)).sum((-2, -1))
+    own = (w * mu).sum((-2, -1)) / norms
+    corr = (W * W_hat).sum((-2, -1)) / norms
+    if not (torch.isfinite(along).all() and torch.isfinite(own).all()):
+        raise ValueError("the margins of W overflow float64: scale W down")
+    return along.numpy(), own.numpy(), corr.numpy(), shift.numpy()

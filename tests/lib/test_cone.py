@@ -1,0 +1,108 @@
+"""theory.cone_constants / cone_sides: the cone lemma of Chapter 4's local theorem, checked where it can fail."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnsvm
+from attnsvm import data, theory, train
+
+
+@pytest.fixture(scope="module")
+def example():
+    """Chapter 4's seed-0 problem and its locally-optimal, non-optimal selection."""
+    attnsvm.setup(seed=0)
+    problem = data.random_problem(6, 8, 10, seed=0)
+    opt = theory.optimal_tokens(problem)
+    swaps = theory.neighbour_selections(opt, 8)
+    alpha = swaps[int(np.flatnonzero(theory.locally_optimal(problem.repeat(len(swaps)), swaps))[0])]
+    return problem, alpha, theory.cone_constants(problem, alpha)
+
+
+def cone_points(W_hat, zeta, radius, count, seed):
+    """Points of norm `radius` with correlation uniform in [1 - zeta, 1] with the unit W_hat."""
+    rng = np.random.default_rng(seed)
+    E = rng.standard_normal((count,) + W_hat.shape)
+    E -= np.einsum("kab,ab->k", E, W_hat)[:, None, None] * W_hat
+    E /= np.linalg.norm(E, axis=(1, 2))[:, None, None]
+    angle = np.arccos(1 - zeta * rng.uniform(size=count))[:, None, None]
+    return radius * (np.cos(angle) * W_hat + np.sin(angle) * E)
+
+
+def test_constants_match_their_definitions(example):
+    problem, alpha, cone = example
+    W_mm = cone.W_mm
+    assert math.isclose(cone.m, 1 / np.linalg.norm(W_mm), rel_tol=1e-12)
+    mu = theory.margins(problem, W_mm, alpha)
+    support = theory.support_tokens(problem, W_mm, alpha)
+    off = np.arange(8)[None, :] != np.asarray(alpha)[:, None]
+    assert cone.n_support == support.sum() and cone.n_other == (off & ~support).sum()
+    assert math.isclose(cone.delta, (mu[off & ~support] - 1).min(), rel_tol=1e-12)
+    gamma = theory.token_scores(problem).numpy()
+    chosen = gamma[np.arange(6), np.asarray(alpha)][:, None]
+    assert cone.gap == pytest.approx((chosen - gamma)[support].min(), rel=1e-12) and cone.gap > 0
+    assert cone.zeta_max == pytest.approx((cone.m * min(1, cone.delta) / (4 * cone.A_max)) ** 2, rel=1e-12)
+    assert cone.m <= cone.A_max and cone.c_min < cone.c_max
+
+
+def test_sides_equal_the_exact_gradient_where_it_does_not_underflow(example):
+    problem, alpha, cone = example
+    W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
+    W = np.stack([30 * W_hat + 0.5 * np.random.default_rng(1).standard_normal((10, 10)),
+                  3 * W_hat + np.random.default_rng(2).standard_normal((10, 10))])
+    along, own, corr, shift = theory.cone_sides(problem, W, alpha)
+    G = -train.loss_gradient(problem, torch.as_tensor(W)).numpy()
+    norms = np.linalg.norm(W, axis=(1, 2))
+    np.testing.assert_allclose(along * np.exp(-shift), np.einsum("kab,ab->k", G, W_hat), rtol=1e-10)
+    np.testing.assert_allclose(own * np.exp(-shift), np.einsum("kab,kab->k", G, W) / norms, rtol=1e-10)
+    np.testing.assert_allclose(corr, np.einsum("kab,ab->k", W, W_hat) / norms, rtol=1e-12)
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.1, 1e-3])
+def test_the_lemma_holds_at_its_radius(example, eps):
+    problem, alpha, cone = example
+    W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
+    zeta = 2 * cone.zeta_max
+    radius = cone.radius(eps, zeta)
+    W = cone_points(W_hat, zeta, radius * np.exp(np.random.default_rng(3).uniform(0, 1, (200, 1, 1))), 200, 4)
+    along, own, _, _ = theory.cone_sides(problem, W, alpha)
+    assert (along > 0).all() and (own <= (1 + 2 * eps) * along).all()
+
+
+def test_the_lemma_fails_well_inside_its_radius(example):
+    """The radius matters: at R = 1000 the theorem's eps = zeta_max / 2 is violated somewhere in the cone."""
+    problem, alpha, cone = example
+    W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
+    eps = cone.zeta_max / 2
+    W = cone_points(W_hat, 2 * cone.zeta_max, 1000.0, 300, 5)
+    along, own, _, _ = theory.cone_sides(problem, W, alpha)
+    assert 1000 < cone.radius(eps, 2 * cone.zeta_max) and (own > (1 + 2 * eps) * along).any()
+
+
+def test_start_radius_takes_the_larger_of_its_two_conditions(example):
+    _, _, cone = example
+    zeta = cone.zeta_max
+    lemma = cone.radius(zeta / 2, 2 * zeta) / (1 - zeta)
+    assert cone.start_radius(zeta, 0.1, normalized=False) == pytest.approx(lemma, rel=1e-12)
+    huge = 1e6 * lemma * cone.slope() * zeta
+    assert cone.start_radius(zeta, huge, normalized=True) == pytest.approx(huge / (cone.slope() * zeta) / (1 - zeta))
+    assert cone.start_radius(zeta, 1e30, normalized=False) == pytest.approx(
+        math.sqrt(1e30 * cone.loss_drop / zeta) / (1 - zeta))
+
+
+def test_normalized_gd_from_the_cone_keeps_it_on_a_small_example():
+    """One sequence, three tokens: zeta_max is not tiny, and a run from the theorem's radius stays in the cone."""
+    attnsvm.setup(seed=0)
+    problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]]], [1.0], [[1.0, 0.0]], [1.0, 0.2])
+    opt = theory.optimal_tokens(problem)
+    cone = theory.cone_constants(problem, opt)
+    zeta = cone.zeta_max
+    radius = cone.start_radius(zeta, 0.1, normalized=True)
+    W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
+    W0 = cone_points(W_hat, zeta, radius, 1, 6)[0]
+    run = train.gd(problem, steps=200, lr=0.1, init=W0)
+    corr = theory.correlation(run.W, cone.W_mm)
+    inner = np.einsum("kab,ab->k", run.W.numpy(), W_hat)
+    assert (corr >= 1 - 2 * zeta).all() and (np.diff(inner) > 0).all()
