@@ -35,7 +35,7 @@ def code_cells(name: str) -> list[tuple[str, str]]:
 
 
 def test_the_book_has_twelve_chapters():
-    """Parts I and II (the papers, chapters 1-7) and Part III (the results that followed, chapters 8-12)."""
+    """Part I (the papers, chapters 1-7) and Part II (the results that followed, chapters 8-12)."""
     assert [name[:2] for name in CHAPTERS] == [f"{k:02d}" for k in range(1, 13)], CHAPTERS
 
 

@@ -631,7 +631,7 @@ def _():
         assert torch.linalg.matrix_norm(tensor.hessian(Aj, x, h, b, loss="logistic"), ord=2) <= L
 
 
-# ------------------------------------------------------------------ Part III
+# ------------------------------------------------------------------ Part II
 
 @check("`train.dual_norm(G, q)`")
 def _():

@@ -580,7 +580,7 @@ def tokens_not_normalized():
     patch(data, "unit_rows", lambda original: lambda tensor: tensor)
 
 
-# ------------------------------------------------------------------ Part III (chapters 8-12)
+# ------------------------------------------------------------------ Part II (chapters 8-12)
 
 @fault("08_mirror_descent", control="torch_loop")
 def mirror_map_exponent_p():

@@ -98,7 +98,7 @@ def handout() -> str:
     for target, listed in chapters():
         proved = [s for s in listed if s["status"] == "proved below"]
         others = [s for s in listed if s["status"] != "proved below"]
-        out.append(f"### {{ref}}`{target}`\n")
+        out.append(f"## {{ref}}`{target}`\n")
         out.append(f"{len(listed)} statements, {len(proved)} proved in the book.\n")
         if proved:
             out.append("Proved: " + ", ".join(f"{{prf:ref}}`{s['label']}`" for s in proved) + ".\n")

@@ -62,7 +62,16 @@ class Cone(NamedTuple):
 
     def radius(self, eps: float, zeta: float) -> float:
         """R(eps, zeta): the cone lemma holds with factor 1 + 2 eps at every W with corr(W, W_hat) >= 1 - zeta and
-        ||W|| >= R, for 0 < eps <= 1 and 0 < zeta <= 2 zeta_max (so that A_max sqrt(2 zeta) <= m min(1, delta)/2)."""
+        ||W|| >= R, for 0 < eps <= 1 and 0 < zeta <= 2 zeta_max (so that A_max sqrt(2 zeta) <= m min(1, delta)/2).
+
+        Examples
+        --------
+        >>> from attnsvm import data, theory
+        >>> problem = data.random_problem(4, 5, 6, seed=0)
+        >>> cone = theory.cone_constants(problem, theory.optimal_tokens(problem))
+        >>> bool(cone.radius(0.5, cone.zeta_max) > cone.radius(1.0, cone.zeta_max) > 0)  # smaller eps, larger R
+        True
+        """
         eps = _in_range(eps, "eps", 0.0, 1.0)
         zeta = _in_range(zeta, "zeta", 0.0, 2 * self.zeta_max)
         m = self.m
@@ -76,14 +85,33 @@ class Cone(NamedTuple):
     def start_radius(self, zeta: float, eta: float, *, normalized: bool) -> float:
         """R_0: gradient descent with step eta (plain: eta <= 1/L_W; normalized: any eta > 0) from any W(0) with
         corr(W(0), W_hat) >= 1 - zeta and ||W(0)|| >= R_0 stays at correlation >= 1 - 2 zeta and converges in
-        direction to W_hat; 0 < zeta <= zeta_max."""
+        direction to W_hat; 0 < zeta <= zeta_max.
+
+        Examples
+        --------
+        >>> from attnsvm import data, theory
+        >>> problem = data.random_problem(4, 5, 6, seed=0)
+        >>> cone = theory.cone_constants(problem, theory.optimal_tokens(problem))
+        >>> zeta = cone.zeta_max
+        >>> bool(cone.start_radius(zeta, 0.1, normalized=True) >= cone.radius(zeta / 2, 2 * zeta) / (1 - zeta))
+        True
+        """
         zeta = _in_range(zeta, "zeta", 0.0, self.zeta_max)
         eta = _in_range(eta, "eta", 0.0, math.inf)
         second = eta / (self.slope() * zeta) if normalized else math.sqrt(eta * self.loss_drop / zeta)
         return max(self.radius(zeta / 2, 2 * zeta), second) / (1 - zeta)
 
     def slope(self) -> float:
-        """q = m / (2 A_max): in the cone, every normalized step raises <W, W_hat> by at least q eta."""
+        """q = m / (2 A_max): in the cone, every normalized step raises <W, W_hat> by at least q eta.
+
+        Examples
+        --------
+        >>> from attnsvm import data, theory
+        >>> problem = data.random_problem(4, 5, 6, seed=0)
+        >>> cone = theory.cone_constants(problem, theory.optimal_tokens(problem))
+        >>> bool(0 < cone.slope() <= 0.5)  # m <= A_max
+        True
+        """
         return self.m / (2 * self.A_max)
 
 
@@ -113,7 +141,16 @@ def _checked(problem: object, alpha: ArrayLike) -> tuple[Problem, torch.Tensor]:
 
 def cone_constants(problem: Problem, alpha: ArrayLike, loss: str = "logistic") -> Cone:
     """The constants of the cone lemma for `problem`, the locally-optimal selection `alpha` and `loss`: see ``Cone``.
-    A ValueError where alpha is not locally optimal or |l'| under- or overflows on the score range."""
+    A ValueError where alpha is not locally optimal or |l'| under- or overflows on the score range.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> cone = theory.cone_constants(problem, theory.optimal_tokens(problem), loss="exponential")
+    >>> bool(cone.delta > 0 and cone.gap > 0 and cone.n_support >= 1)
+    True
+    """
     kind = _loss_kind(loss)
     problem, alpha = _checked(problem, alpha)
     W_mm = svm.att_svm(problem.X, problem.Z, alpha)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = {"linear": "linear", "data": "data", "model": "model", "heads": "heads", "theory": "theory", "svm": "svm",
          "train": "train", "causal": "causal", "tensor": "tensor", "experiments.relu_head": "experiments",
          "experiments.svm_rank": "experiments", "book.plots": "book", "book.widgets": "book",
-         "book.exercises": "book"}
+         "book.exercises": "book", "book.schematics": "book"}
 
 
 def _public():

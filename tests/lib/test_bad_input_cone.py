@@ -7,6 +7,8 @@ import pytest
 import attnsvm
 from attnsvm import data, theory
 
+COVERED = {"theory.cone_constants", "theory.cone_sides"}
+
 
 @pytest.fixture(scope="module")
 def setting():

@@ -4,7 +4,7 @@ on first use."""
 
 from importlib import import_module as _import_module
 
-__all__ = ["exercises", "plots", "widgets"]
+__all__ = ["exercises", "plots", "schematics", "widgets"]
 
 
 def __getattr__(name: str):
