@@ -17,11 +17,14 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from . import svm
 from .data import Problem, _as_problem
 from .model import _loss_kind, logits
-from .theory import _margins, _with_queries, optimal_tokens, token_scores
+from ._checks import positive_float
+from .theory import _margins, _with_queries, optimal_tokens, support_tokens, token_scores
 
-__all__ = ["Reduction", "leak", "limiting_weights", "reduction_constants", "surrogate", "weight_ratios"]
+__all__ = ["Reduction", "ResidualOffset", "leak", "limiting_weights", "reduction_constants", "residual_offset",
+           "surrogate", "weight_ratios"]
 
 # Lambda(top): a Lipschitz constant of log|l'| on an interval whose right end is `top` ((log sigma(-x))' = -sigma(x))
 _LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: (math.exp(top) / (1 + math.exp(top)) if top < 0  # sigma(top)
@@ -226,3 +229,66 @@ def weight_ratios(problem: Problem, W: ArrayLike, loss: str = "logistic") -> np.
     s_opt = s.gather(-1, o.expand(s.shape[:-1])[..., None])[..., 0]
     factor = torch.exp(kind.log_slope(gbar) - kind.log_slope(top)) * s_opt
     return torch.where(off, factor[..., None] * pair / torch.where(off, gaps, 1.0), 1.0).numpy()
+
+
+class ResidualOffset(NamedTuple):
+    """Hypothesis (H_att) of the central theorem's residual bound, checked for one problem and one step eta.
+
+    ``W_tilde`` (d, d): the least-norm solution of <W, A_it> = log(eta c*_it / lambda_it) over the support tokens;
+    ``support`` (n, T): the support tokens of W^mm; ``rank``: the rank of their matrices A_it (their number, as
+    (H_att) asks); ``min_multiplier``: the smallest KKT multiplier lambda_it on the support (positive).
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> H = theory.residual_offset(data.equal_scores_problem(3, 4, 6, seed=1), 1.0)
+    >>> H.W_tilde.shape, bool(H.rank == H.support.sum() and H.min_multiplier > 0)
+    ((6, 6), True)
+    """
+
+    W_tilde: np.ndarray
+    support: np.ndarray
+    rank: int
+    min_multiplier: float
+
+
+def residual_offset(problem: Problem, eta: float, loss: str = "logistic") -> ResidualOffset:
+    """(H_att) for `problem` and the step `eta`: the support matrices A_it of the optimal tokens' Att-SVM must be
+    linearly independent and their multipliers positive; then the offset W_tilde of (H_att). A ValueError that says
+    which part fails otherwise.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnsvm import data, svm, theory
+    >>> problem = data.equal_scores_problem(3, 4, 6, seed=1)
+    >>> H = theory.residual_offset(problem, 0.5)
+    >>> o = theory.optimal_tokens(problem)
+    >>> A = svm.constraint_matrix(problem, o).reshape(-1, 6, 6)  # rows: the pairs (i, t != o_i)
+    >>> off = theory.limiting_weights(problem) > 0  # the pairs (i, t != o_i)
+    >>> on = H.support[off]
+    >>> _, lam = svm.att_svm(problem, o, return_multipliers=True)
+    >>> u = np.einsum("de,kde->k", H.W_tilde, A[on])
+    >>> c = theory.limiting_weights(problem)[off][on]
+    >>> bool(np.allclose(u, np.log(0.5 * c / lam[off][on]), atol=1e-10) and H.rank == on.sum())
+    True
+    """
+    eta = positive_float(eta, "eta")
+    w = _log_weights(problem, loss)
+    problem, o, off = w.problem, w.o, w.off.numpy()
+    W_mm, lam = svm.att_svm(problem, o, return_multipliers=True)
+    support = support_tokens(problem, W_mm, o)
+    on = support[off]  # the support, in the order of the rows of the constraint matrix
+    A = svm.constraint_matrix(problem, o)[on]
+    rank, multipliers = int(np.linalg.matrix_rank(A)), lam[off][on]
+    if rank < on.sum():
+        raise ValueError(f"(H_att) fails for problem: its {on.sum()} support matrices A_it have rank {rank}, so they "
+                         "are linearly dependent and the offset W_tilde is not determined (the residual bound of the "
+                         "central theorem does not apply)")
+    if not (multipliers > 0).all():
+        raise ValueError(f"(H_att) fails for problem: {int((multipliers <= 0).sum())} support token(s) have KKT "
+                         "multiplier 0, where log(eta c*_it / lambda_it) is undefined (the residual bound of the "
+                         "central theorem does not apply)")
+    rhs = math.log(eta) + w.log_c.numpy()[off][on] - np.log(multipliers)
+    W_tilde = np.linalg.lstsq(A, rhs, rcond=None)[0].reshape(problem.d, problem.d)
+    return ResidualOffset(W_tilde, support, rank, float(multipliers.min()))

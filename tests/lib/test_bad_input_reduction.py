@@ -6,7 +6,7 @@ import pytest
 
 from attnsvm import data, theory
 
-COVERED = {"theory.leak", "theory.limiting_weights", "theory.reduction_constants", "theory.surrogate",
+COVERED = {"theory.residual_offset", "theory.leak", "theory.limiting_weights", "theory.reduction_constants", "theory.surrogate",
            "theory.weight_ratios"}
 
 
@@ -107,3 +107,18 @@ def test_scores_far_below_zero_do_not_overflow_lambda():
         assert "problem" in str(error)
     else:
         assert 0 <= constants.log_slope_lipschitz < 1e-300  # sigma(-800) ~ 1e-348 rounds to 0
+
+
+def test_residual_offset_refuses_dependent_support_matrices_and_zero_multipliers():
+    dependent = data.Problem([[[1.0, 0.0], [0.0, 1.0], [0.0, -1.0], [0.0, 0.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.1])
+    with pytest.raises(ValueError, match=r"\(H_att\) fails for problem: its 3 support matrices A_it have rank 2"):
+        theory.residual_offset(dependent, 0.5)
+    zero = data.Problem([[[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]], [1.0], [[1.0, 0.0]], [1.0, 0.5])
+    with pytest.raises(ValueError, match=r"\(H_att\) fails for problem: 1 support token\(s\) have KKT multiplier 0"):
+        theory.residual_offset(zero, 0.5)
+
+
+@pytest.mark.parametrize("eta", [0.0, -1.0, float("nan"), float("inf")])
+def test_residual_offset_refuses_a_bad_step(eta):
+    with pytest.raises(ValueError, match="eta"):
+        theory.residual_offset(data.equal_scores_problem(3, 4, 6, seed=1), eta)

@@ -132,3 +132,19 @@ def test_the_selected_region_bounds_the_leak():
         W = rng.standard_normal((problem.d, problem.d)) * size
         E = math.exp(train.log_loss_gap(problem, W).item())
         assert (theory.leak(problem, W) <= problem.n * E / (k.slope_min * k.delta_min) * (1 + 1e-12)).all()
+
+
+def test_residual_offset_solves_its_equations_on_the_support():
+    problem = data.equal_scores_problem(3, 4, 6, seed=1)
+    o = theory.optimal_tokens(problem)
+    H = theory.residual_offset(problem, 0.5, loss="exponential")
+    off = theory.limiting_weights(problem) > 0
+    on = H.support[off]
+    _, lam = svm.att_svm(problem, o, return_multipliers=True)
+    A = svm.constraint_matrix(problem, o).reshape(-1, 6, 6)[on]
+    c = theory.limiting_weights(problem, loss="exponential")[off][on]
+    np.testing.assert_allclose(np.einsum("de,kde->k", H.W_tilde, A), np.log(0.5 * c / lam[off][on]), atol=1e-10)
+    assert H.rank == on.sum() and H.min_multiplier == pytest.approx(lam[off][on].min())
+    # least norm: W_tilde lies in the span of the support matrices
+    coefficients = np.linalg.lstsq(A.reshape(len(A), -1).T, H.W_tilde.ravel(), rcond=None)[0]
+    np.testing.assert_allclose(np.einsum("k,kde->de", coefficients, A), H.W_tilde, atol=1e-10)
