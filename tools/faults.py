@@ -155,10 +155,10 @@ def torch_loop_only() -> None:
     import attnsvm.train._cpu_loop as compiled
     import attnsvm.train as train
 
-    def gd(problem, W0, head, loss, lr, normalized, eps, record):
+    def gd(problem, W0, head, loss, lr, normalized, eps, record, sqrt_schedule=False):
         every = reduce(gcd, record) or 1
         run = train.gd(problem, steps=record[-1], lr=lr, normalized=normalized, init=W0, record_every=every,
-                       loss=loss, head=head, eps=eps, engine="torch")
+                       loss=loss, head=head, eps=eps, engine="torch", schedule="sqrt" if sqrt_schedule else "constant")
         index = [list(run.steps).index(k) for k in record]
         return run.W[index], run.probs[index], run.loss[index]
     patch(compiled, "_gd", lambda original: gd)  # train.gd calls the unchecked engine

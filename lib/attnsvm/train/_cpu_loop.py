@@ -32,6 +32,7 @@ from numba.core import cgutils, codegen, config
 from .. import heads
 from .._checks import boolean, budget, nonnegative_float, positive_float
 from ..data import Problem
+from ..linear import SCHEDULES
 from ._gradients import GRADIENTS
 from ._initial import PARAMS
 from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _checked_problem, _finite,
@@ -364,9 +365,10 @@ def _row_products(left, right, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks):
-    """Every lane's run to step record[-1], lanes last (X (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...); the
-    iterates at the steps `record` go to Ws (records, L, d, d), probs (records, L, n, T) and risks (records, L)."""
+def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
+    """Every lane's run to step record[-1] (step k at lr / sqrt(k + 1) where `sqrt_schedule`), lanes last (X
+    (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...); the iterates at the steps `record` go to Ws (records, L, d, d),
+    probs (records, L, n, T) and risks (records, L)."""
     n, T, d, L = X.shape
     WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
     gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
@@ -395,14 +397,15 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, record, Ws, probs, risks
             r += 1
             if r == len(record):
                 break
-        _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes)
+        _step(WZ, B, A, R, gram, log_scale, lr / math.sqrt(k + 1.0) if sqrt_schedule else lr, normalized, eps, lanes)
 
 
 def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, lr: float, normalized: bool,
-       eps: float, record: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+       eps: float, record: ArrayLike, schedule: str = "constant") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(W, probs, risk) recorded at the increasing steps ``record`` (the last is the last step), each
     (records, *batch, ...), of gradient descent on W from W0 ((d, d) or one per problem) as ``train.gd`` takes it
-    (``head``: None, or a linear or ReLU head; ``loss``, ``lr``, ``normalized``, ``eps``: as ``train.gd``'s).
+    (``head``: None, or a linear or ReLU head; ``loss``, ``lr``, ``normalized``, ``eps``, ``schedule``: as
+    ``train.gd``'s).
     ``train.gd`` calls it wherever it applies; it is here for those who want the loop alone.
 
     Examples
@@ -428,8 +431,9 @@ def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, l
         raise ValueError(f"head={head!r} is not supported: {unsupported}; train it with train.gd(engine='torch')")
     loss, lr, eps = _option(loss, "loss", tuple(LOSSES)), positive_float(lr, "lr"), nonnegative_float(eps, "eps")
     normalized, record = boolean(normalized, "normalized"), _record(record)
+    sqrt_schedule = _option(schedule, "schedule", SCHEDULES) == "sqrt"
     _memory_budget(len(record) * (np.prod(batch, dtype=float) + LANES) * (d * d + n * T + 1), "record")
-    result = _gd(problem, W0, head, loss, lr, normalized, eps, record)
+    result = _gd(problem, W0, head, loss, lr, normalized, eps, record, sqrt_schedule)
     for values, what in zip(result, ("W", "the attention", "the loss")):
         _finite(values, f"{what} in gradient descent", f"lr={lr!r} takes steps too large for this problem (or its "
                 f"tokens, {'the head or ' if head is not None else ''}W0 are too large)", "lower lr")
@@ -452,7 +456,7 @@ def _lanes_last(tensor: torch.Tensor, shape: tuple, *, batch: tuple, size: int, 
 
 
 def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normalized: bool, eps: float,
-        record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        record, sqrt_schedule: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`gd` without checks (for `train.gd`, which checked its arguments and checks the result)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size, padded, lanes_last = _lanes(batch)
@@ -470,7 +474,7 @@ def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normaliz
         block = slice(start, start + BLOCK)
         recorded = [np.empty(a[:, block].shape) for a in (Ws, probs, risks)]
         _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, W0)), LOSS_CODES[loss], float(lr),
-             normalized, float(eps), np.asarray(record, dtype=np.int64), *recorded)
+             normalized, float(eps), sqrt_schedule, np.asarray(record, dtype=np.int64), *recorded)
         for a, values in zip((Ws, probs, risks), recorded):
             a[:, block] = values
     return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))

@@ -14,6 +14,7 @@ hover without growing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from .. import tensor
 from .._checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
 from ..data import Problem
 from ..heads import Head
+from ..linear import SCHEDULES
 from ._gradients import GRADIENTS, _gradient_arguments
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
 from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
@@ -134,13 +136,14 @@ def _unit(G: torch.Tensor, dims=(-2, -1), log_scale=None, eps: float = 0.0) -> t
 
 
 def _descend(params: tuple, evaluate, recorder: _Recorder, steps: int, lr: float, normalized: bool,
-             eps: float = 0.0, dims: tuple = (-2, -1)) -> tuple:
+             eps: float = 0.0, dims: tuple = (-2, -1), sqrt_schedule: bool = False) -> tuple:
     """The loop of gradient descent, shared by `gd`'s torch loop, `gd_prompt` and `causal.gd`; returns the last
     parameters. From `params` (a tuple of tensors), at each step k = 0, ..., `steps`, evaluate(params, k, wants)
     returns (grads, log_scale, record): the gradient of each parameter as exp(log_scale) * grad (log_scale of
     the batch shape; None at the last step, where no step follows) and, where `wants` (`recorder.wants(k)`), the
     values to record at step k (a dict). Each parameter then steps by -lr grad / ||grad|| over `dims` (normalized;
-    with eps > 0 paper A's -lr G / (||G|| + eps), see `_unit`) or by the plain -lr exp(log_scale) grad."""
+    with eps > 0 paper A's -lr G / (||G|| + eps), see `_unit`) or by the plain -lr exp(log_scale) grad; with
+    `sqrt_schedule`, lr / sqrt(k + 1) in place of lr at step k."""
     for k in range(steps + 1):
         wants = recorder.wants(k)
         grads, log_scale, record = evaluate(params, k, wants)
@@ -153,7 +156,8 @@ def _descend(params: tuple, evaluate, recorder: _Recorder, steps: int, lr: float
         else:
             scale = torch.exp(log_scale)[(...,) + (None,) * len(dims)]
             moves = [scale * g for g in grads]
-        params = tuple(p - lr * move for p, move in zip(params, moves))
+        rate = lr / math.sqrt(k + 1) if sqrt_schedule else lr
+        params = tuple(p - rate * move for p, move in zip(params, moves))
     return params
 
 
@@ -226,8 +230,8 @@ def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: 
 
 @torch.no_grad()  # a run records data, not a graph (whatever requires grad)
 def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized: bool = True,
-       init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None = None, record_every: int = 1,
-       loss: str = "logistic", m: int | None = None, seed: int = 0, gradient: str | None = None,
+       schedule: str = "constant", init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None = None,
+       record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0, gradient: str | None = None,
        head: Head | None = None, eps: float | None = None, ridge: float | None = None, rule: str | None = None,
        engine: str = "auto") -> Trajectory:
     """Gradient descent on W (param="W") or on (K, Q) with W = K Q^T (param="KQ"), for every problem in the batch.
@@ -235,7 +239,8 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     ``normalized``: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
     otherwise the plain step -lr G. ``eps``: normalize by ||G||_F + eps instead (default 0), as paper A's code
     does with eps = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls
-    to eps. ``ridge`` (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's
+    to eps. ``schedule``: "constant" (step size lr) or "sqrt" (lr / sqrt(k + 1) at step k), as in
+    ``linear.gd``. ``ridge`` (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's
     (K, Q) code does with ridge = eps. ``rule``: None (the options above) or "official", paper A's update in full
     (``local_converge.ipynb``): the gradient by autograd through softmax (unless gradient="exact" is passed),
     each of W, K, Q stepped by -lr g / (||g||_F + OFFICIAL_EPS), and for (K, Q) the ridge OFFICIAL_EPS; it fixes
@@ -265,6 +270,7 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     param, loss = _option(param, "param", PARAMS), _option(loss, "loss", tuple(LOSSES))
     normalized = boolean(normalized, "normalized")
+    sqrt_schedule = _option(schedule, "schedule", SCHEDULES) == "sqrt"
     if _option(rule, "rule", RULES) == "official":
         given = [name for name, value in (("eps", eps), ("ridge", ridge)) if value is not None]
         given += [] if normalized else ["normalized"]
@@ -293,15 +299,16 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     blame = _blame(f"lr={lr!r}" + (f" with ridge={ridge!r}" if ridge else ""),
                    "the head or init" if head is not None else "init")
     if engine != "torch" and not unsupported:
-        W, probs, risk = compiled._gd(problem, params[0], head, loss, lr, normalized, eps, recorder.steps)
+        W, probs, risk = compiled._gd(problem, params[0], head, loss, lr, normalized, eps, recorder.steps,
+                                      sqrt_schedule)
         return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W), blame)
     with _overflow("gradient descent's iterates", blame, "lower lr"):
-        _torch_loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge)
+        _torch_loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge, sqrt_schedule)
     return _finite_trajectory(recorder.trajectory(), blame)
 
 
 def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int, lr: float, normalized: bool,
-                loss: str, gradient: str, head, eps: float, ridge: float) -> None:
+                loss: str, gradient: str, head, eps: float, ridge: float, sqrt_schedule: bool) -> None:
     """`gd`'s torch loop, from `params` (W,) or (K, Q), recording into `recorder`."""
     param = "W" if len(params) == 1 else "KQ"
     values = _token_values(problem, problem.v) if head is None else None
@@ -325,7 +332,7 @@ def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int
             if ridge:
                 grads = tuple(g + 2 * ridge * p for g, p in zip(grads, params))
         return grads, log_scale, record
-    _descend(params, evaluate, recorder, steps, lr, normalized, eps)
+    _descend(params, evaluate, recorder, steps, lr, normalized, eps, sqrt_schedule=sqrt_schedule)
 
 
 def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, loss, vectors: int):
