@@ -286,7 +286,9 @@ def chapter_graph(ax: Axes, graph: nx.DiGraph, parts: Mapping[str, Sequence[str]
     """Draw ``graph`` (from ``prerequisites``) in layers, each chapter below all it needs, with the edges that
     other "needs" paths imply left out (the transitive reduction of the "needs" edges) and the "background"
     edges that no "needs" path implies dashed, and the chapters coloured by
-    ``parts`` (part name -> chapter names, in legend order). Returns the graph of the drawn edges.
+    ``parts`` (part name -> chapter names, in legend order). An edge that skips layers runs through places of its
+    own in the layers it crosses, so that it never passes behind a chapter; each layer is ordered by the mean
+    place of what it hangs from. Returns the graph of the drawn edges.
 
     Examples
     --------
@@ -310,18 +312,32 @@ def chapter_graph(ax: Axes, graph: nx.DiGraph, parts: Mapping[str, Sequence[str]
     drawn.add_edges_from((u, v, {"kind": "needs"}) for u, v in list(drawn.edges))
     drawn.add_edges_from((u, v, {"kind": kind}) for u, v, kind in graph.edges(data="kind")
                          if kind == "background" and not nx.has_path(needs, u, v))
-    layers = list(nx.topological_generations(graph))
+    depth = {node: k for k, layer in enumerate(nx.topological_generations(graph)) for node in layer}
+    routes = {(u, v): [u] + [(u, v, k) for k in range(depth[u] + 1, depth[v])] + [v] for u, v in drawn.edges}
+    layers = [[] for _ in range(max(depth.values()) + 1)]  # chapters, and one waypoint per layer a long edge crosses
+    for node in sorted(graph, key=_order):
+        layers[depth[node]].append(node)
+    for route in routes.values():
+        for waypoint in route[1:-1]:
+            layers[waypoint[2]].append(waypoint)
+    above = {}  # each chapter's or waypoint's neighbours one layer up
+    for route in routes.values():
+        for upper, lower in zip(route, route[1:]):
+            above.setdefault(lower, []).append(upper)
     position = {}
-    for depth, layer in enumerate(layers):
-        layer = sorted(layer, key=_order)
-        for k, node in enumerate(layer):
-            position[node] = (k - (len(layer) - 1) / 2, -depth)
-    for u, v, kind in drawn.edges(data="kind"):
-        skip = position[u][1] - position[v][1] > 1  # an edge across a layer bends around the nodes between
-        ax.annotate("", xy=position[v], xytext=position[u],
-                    arrowprops=dict(arrowstyle="-|>", color=plots.PALETTE["black"], linewidth=1, shrinkA=14,
-                                    shrinkB=14, linestyle="--" if kind == "background" else "-", alpha=0.7,
-                                    connectionstyle=f"arc3,rad={0.3 if skip else 0.0}"))
+    for k, layer in enumerate(layers):  # order each layer by the mean place of what it hangs from (barycentres)
+        if k:
+            layer.sort(key=lambda node: np.mean([position[up][0] for up in above.get(node, [])] or [0.0]))
+        position.update({node: (j - (len(layer) - 1) / 2, -k) for j, node in enumerate(layer)})
+    for (u, v), route in routes.items():
+        points = np.array([position[node] for node in route])
+        style = "--" if drawn.edges[u, v]["kind"] == "background" else "-"
+        if len(points) > 2:  # a long edge: through its waypoints, the empty places of the layers it crosses
+            ax.plot(points[:-1, 0], points[:-1, 1], linestyle=style, color=plots.PALETTE["black"], linewidth=1,
+                    alpha=0.7, zorder=1)
+        ax.annotate("", xy=points[-1], xytext=points[-2],
+                    arrowprops=dict(arrowstyle="-|>", color=plots.PALETTE["black"], linewidth=1,
+                                    shrinkA=0 if len(points) > 2 else 14, shrinkB=14, linestyle=style, alpha=0.7))
     colours = [plots.PALETTE[name] for name in ("sky", "orange", "green", "purple")]
     for (part, nodes), colour in zip(parts.items(), colours):
         for node in nodes:
