@@ -245,8 +245,8 @@ def _node(stem: str, sources: Mapping[str, str]) -> str | None:
 
 def prerequisites(sources: Mapping[str, str]) -> nx.DiGraph:
     """The chapters' prerequisite graph: an edge u -> v for every chapter u that chapter v's "Prerequisites:"
-    paragraph refers to ({ref}`chapter-...`), with kind "background" when the sentence says "background" and
-    "needs" otherwise. ``sources``: file stem -> MyST text of every page (book_src/*.md).
+    paragraph cross-references (a MyST ref role to a chapter label), with kind "background" when the sentence
+    says "background" and "needs" otherwise. ``sources``: file stem -> MyST text of every page (book_src/*.md).
 
     Examples
     --------
