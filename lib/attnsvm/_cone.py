@@ -21,7 +21,7 @@ from .data import Problem, _as_problem
 from .model import _loss_kind
 from .theory import _margins, _selection, _with_queries, locally_optimal, margins, support_tokens, token_scores
 
-__all__ = ["Cone", "cone_constants", "cone_sides"]
+__all__ = ["Cone", "ConeSides", "cone_constants", "cone_sides"]
 
 
 class Cone(NamedTuple):
@@ -183,11 +183,36 @@ def cone_constants(problem: Problem, alpha: ArrayLike, loss: str = "logistic") -
                 float(values[0] - values[1]), zeta_max)
 
 
-def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "logistic") -> tuple[np.ndarray, ...]:
-    """(<-grad L(W), W_hat> e^s, <-grad L(W), W / ||W||> e^s, corr(W, W_hat), s) for W (..., d, d), W != 0: the two
-    sides of the cone lemma's inequality, both multiplied by e^s with s the smallest margin min mu_it(W) (far out in
-    the cone the gradient underflows float64, its scaled sides do not), and the correlation that places W in a cone.
-    Computed from the exact gradient -grad L = sum c_it(W) e^{-mu_it(W)} A_it, with gbar_i - gamma_it summed pairwise.
+class ConeSides(NamedTuple):
+    """The quantities of the cone lemma at W (arrays over W's leading dimensions), each gradient term multiplied by
+    e^shift, with shift = min mu_it(W) the smallest margin (far out in the cone the gradient underflows float64,
+    its scaled terms do not): ``along`` = <-grad L(W), W_hat>, ``own`` = <-grad L(W), W / ||W||>, ``corr`` =
+    corr(W, W_hat), ``shift``, ``support`` = P = sum over the support pairs of c_it(W) e^{-mu_it(W)} m (parts 1 and
+    3 of the lemma bound ``along`` and ``gradient`` by it) and ``gradient`` = ||grad L(W)||.
+
+    Examples
+    --------
+    >>> from attnsvm import data, theory
+    >>> problem = data.random_problem(4, 5, 6, seed=0)
+    >>> opt = theory.optimal_tokens(problem)
+    >>> cone = theory.cone_constants(problem, opt)
+    >>> sides = theory.cone_sides(problem, 5000 * cone.W_mm, opt)
+    >>> bool(sides.along >= 7 / 8 * sides.support and sides.gradient <= 9 / 8 * cone.A_max / cone.m * sides.support)
+    True
+    """
+
+    along: np.ndarray
+    own: np.ndarray
+    corr: np.ndarray
+    shift: np.ndarray
+    support: np.ndarray
+    gradient: np.ndarray
+
+
+def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "logistic") -> ConeSides:
+    """The cone lemma's quantities at W (..., d, d), W != 0, as a ``ConeSides``: both sides of its inequalities,
+    scaled by e^s with s the smallest margin, and the correlation that places W in a cone. Computed from the exact
+    gradient -grad L = sum c_it(W) e^{-mu_it(W)} A_it, with gbar_i - gamma_it summed pairwise.
 
     Examples
     --------
@@ -195,8 +220,8 @@ def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "lo
     >>> problem = data.random_problem(4, 5, 6, seed=0)
     >>> opt = theory.optimal_tokens(problem)
     >>> W_mm = theory.cone_constants(problem, opt).W_mm
-    >>> along, own, corr, s = theory.cone_sides(problem, 5000 * W_mm, opt)  # on the axis: both sides agree
-    >>> bool(along > 0 and abs(own / along - 1) < 1e-12 and abs(corr - 1) < 1e-12)
+    >>> sides = theory.cone_sides(problem, 5000 * W_mm, opt)  # on the axis: both sides agree
+    >>> bool(sides.along > 0 and abs(sides.own / sides.along - 1) < 1e-12 and abs(sides.corr - 1) < 1e-12)
     True
     """
     kind = _loss_kind(loss)
@@ -207,8 +232,8 @@ def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "lo
     norms = W.norm(dim=(-2, -1))
     if not (norms > 0).all():
         raise ValueError("W must be non-zero: the cone is defined by the direction W / ||W||")
-    W_hat = torch.as_tensor(np.asarray(svm.att_svm(problem.X, problem.Z, alpha), dtype=float))
-    W_hat = W_hat / W_hat.norm()
+    W_mm = torch.as_tensor(np.asarray(svm.att_svm(problem.X, problem.Z, alpha), dtype=float))
+    W_hat = W_mm / W_mm.norm()
     off = torch.arange(problem.T) != alpha[:, None]
     mu = _margins(problem, W, alpha)  # mu_it(W), 0 at alpha_i
     shift = mu.masked_fill(~off, math.inf).flatten(-2).amin(-1)
@@ -222,6 +247,12 @@ def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "lo
     along = (w * _margins(problem, W_hat, alpha)).sum((-2, -1))
     own = (w * mu).sum((-2, -1)) / norms
     corr = (W * W_hat).sum((-2, -1)) / norms
-    if not (torch.isfinite(along).all() and torch.isfinite(own).all()):
+    support = torch.as_tensor(support_tokens(problem, W_mm, alpha))
+    P = (w * support).sum((-2, -1)) / W_mm.norm()
+    X = problem.X
+    pulls = X.gather(1, alpha[:, None, None].expand(-1, 1, problem.d)) - X  # x_{i alpha_i} - x_it (n, T, d)
+    G = torch.einsum("...it,ita,ib->...ab", w, pulls, problem.Z)  # sum w_it A_it
+    sides = ConeSides(along, own, corr, shift, P, G.norm(dim=(-2, -1)))
+    if not all(torch.isfinite(value).all() for value in sides):
         raise ValueError("the margins of W overflow float64: scale W down")
-    return along.numpy(), own.numpy(), corr.numpy(), shift.numpy()
+    return ConeSides(*(value.numpy() for value in sides))

@@ -17,7 +17,7 @@ from .model import as_key_query, attention, logits, queries, token_values
 
 __all__ = ["convergence", "correlation", "cosine", "locally_optimal", "margins", "neighbour_selections",
            "optimal_tokens", "sample_feasible", "support_tokens", "token_scores", "SUPPORT_TOL", "MAX_DRAWS",
-           "OVERFLOW", "Cone", "cone_constants", "cone_sides", "Reduction", "ResidualOffset", "leak",
+           "OVERFLOW", "Cone", "ConeSides", "cone_constants", "cone_sides", "Reduction", "ResidualOffset", "leak",
            "limiting_weights", "reduction_constants", "residual_offset", "surrogate", "weight_ratios"]
 _INDICES = "an array of integer token indices"
 
@@ -351,6 +351,6 @@ def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws:
 
 
 # The central theorem's reduction (its own module; imported last, as it uses the functions above).
-from ._cone import Cone, cone_constants, cone_sides  # noqa: E402
+from ._cone import Cone, ConeSides, cone_constants, cone_sides  # noqa: E402
 from ._reduction import (Reduction, ResidualOffset, leak, limiting_weights, reduction_constants,  # noqa: E402
                          residual_offset, surrogate, weight_ratios)

@@ -52,12 +52,24 @@ def test_sides_equal_the_exact_gradient_where_it_does_not_underflow(example):
     W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
     W = np.stack([30 * W_hat + 0.5 * np.random.default_rng(1).standard_normal((10, 10)),
                   3 * W_hat + np.random.default_rng(2).standard_normal((10, 10))])
-    along, own, corr, shift = theory.cone_sides(problem, W, alpha)
+    along, own, corr, shift, support, gradient = theory.cone_sides(problem, W, alpha)
     G = -train.loss_gradient(problem, torch.as_tensor(W)).numpy()
     norms = np.linalg.norm(W, axis=(1, 2))
     np.testing.assert_allclose(along * np.exp(-shift), np.einsum("kab,ab->k", G, W_hat), rtol=1e-10)
     np.testing.assert_allclose(own * np.exp(-shift), np.einsum("kab,kab->k", G, W) / norms, rtol=1e-10)
     np.testing.assert_allclose(corr, np.einsum("kab,ab->k", W, W_hat) / norms, rtol=1e-12)
+    np.testing.assert_allclose(gradient * np.exp(-shift), np.linalg.norm(G, axis=(1, 2)), rtol=1e-10)
+    # P: the support pairs' terms of the gradient, each projected on W_hat (margin m there), recomputed by hand
+    mu = theory.margins(problem, W, alpha)
+    gamma = theory.token_scores(problem).numpy()
+    s = np.exp(-mu) / np.exp(-mu).sum(-1, keepdims=True)
+    gbar = (s * gamma).sum(-1)
+    slope = 1 / (1 + np.exp(gbar))  # |l'| of the logistic loss l(x) = log(1 + e^-x)
+    chosen = s[:, np.arange(6), np.asarray(alpha)]
+    c = slope[..., None] * chosen[..., None] * (gbar[..., None] - gamma) / 6
+    on = theory.support_tokens(problem, cone.W_mm, alpha)
+    P = (c * np.exp(-mu) * on).sum((1, 2)) * cone.m
+    np.testing.assert_allclose(support * np.exp(-shift), P, rtol=1e-10)
 
 
 @pytest.mark.parametrize("share", [0.5, 1.0])
@@ -70,8 +82,13 @@ def test_the_lemma_holds_at_its_radius(example, share):
     zeta = 2 * cone.zeta_max
     radius = cone.radius(eps, zeta)
     W = cone_points(W_hat, zeta, radius * np.exp(np.random.default_rng(3).uniform(0, 1, (200, 1, 1))), 200, 4)
-    along, own, _, _ = theory.cone_sides(problem, W, alpha)
-    assert (along > 0).all() and (own <= (1 + 2 * eps) * along).all()
+    sides = theory.cone_sides(problem, W, alpha)
+    assert (sides.along > 0).all() and (sides.own <= (1 + 2 * eps) * sides.along).all()
+    # parts 1 and 3: <-grad L, W_hat> >= 7/8 P >= (7/8) c_min m e^{-||W|| m}, and ||grad L|| <= 9/8 (A_max / m) P
+    assert (sides.along >= 7 / 8 * sides.support).all()
+    norms = np.linalg.norm(W, axis=(1, 2))
+    assert (np.log(sides.support) - sides.shift >= np.log(cone.c_min * cone.m) - norms * cone.m).all()
+    assert (sides.gradient <= 9 / 8 * cone.A_max / cone.m * sides.support).all()
 
 
 def test_the_lemma_fails_well_inside_its_radius(example):
@@ -80,8 +97,8 @@ def test_the_lemma_fails_well_inside_its_radius(example):
     W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
     eps = cone.zeta_max / 2
     W = cone_points(W_hat, 2 * cone.zeta_max, 1000.0, 300, 5)
-    along, own, _, _ = theory.cone_sides(problem, W, alpha)
-    assert 1000 < cone.radius(eps, 2 * cone.zeta_max) and (own > (1 + 2 * eps) * along).any()
+    sides = theory.cone_sides(problem, W, alpha)
+    assert 1000 < cone.radius(eps, 2 * cone.zeta_max) and (sides.own > (1 + 2 * eps) * sides.along).any()
 
 
 def test_start_radius_takes_the_larger_of_its_two_conditions(example):
@@ -96,16 +113,25 @@ def test_start_radius_takes_the_larger_of_its_two_conditions(example):
 
 
 def test_normalized_gd_from_the_cone_keeps_it_on_a_small_example():
-    """One sequence, three tokens: zeta_max is not tiny, and a run from the theorem's radius stays in the cone."""
+    """One sequence, three tokens (zeta_max is not tiny): normalized runs from the theorem's radius, on the edge of
+    its cone (corr = 1 - zeta) in 20 directions, stay at corr >= 1 - 2 zeta, and <W, W_hat> rises by at least
+    q eta at every step (the proof's bound). Plain steps from that radius do not move: the gradient underflows."""
     attnsvm.setup(seed=0)
     problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]]], [1.0], [[1.0, 0.0]], [1.0, 0.2])
     opt = theory.optimal_tokens(problem)
     cone = theory.cone_constants(problem, opt)
     zeta = cone.zeta_max
-    radius = cone.start_radius(zeta, 0.1, normalized=True)
+    eta = 0.1
+    radius = cone.start_radius(zeta, eta, normalized=True)
     W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
-    W0 = cone_points(W_hat, zeta, radius, 1, 6)[0]
-    run = train.gd(problem, steps=200, lr=0.1, init=W0)
+    rng = np.random.default_rng(6)
+    E = rng.standard_normal((20, 2, 2))
+    E -= np.einsum("kab,ab->k", E, W_hat)[:, None, None] * W_hat
+    E /= np.linalg.norm(E, axis=(1, 2))[:, None, None]
+    angle = np.arccos(1 - zeta)
+    W0 = radius * (np.cos(angle) * W_hat + np.sin(angle) * E)
+    run = train.gd(problem.repeat(20), steps=200, lr=eta, init=W0)
     corr = theory.correlation(run.W, cone.W_mm)
-    inner = np.einsum("kab,ab->k", run.W.numpy(), W_hat)
-    assert (corr >= 1 - 2 * zeta).all() and (np.diff(inner) > 0).all()
+    inner = np.einsum("kbij,ij->kb", run.W.numpy(), W_hat)
+    assert np.allclose(corr[0], 1 - zeta, atol=1e-12, rtol=0) and (corr >= 1 - 2 * zeta).all()
+    assert (np.diff(inner, axis=0) >= cone.slope() * eta * (1 - 1e-9)).all()

@@ -60,10 +60,11 @@ def test_ball_minimizers_are_on_the_spheres_and_no_worse_than_the_library_path(t
     W[:, :, 0] = torch.from_numpy(w)
     grid_loss = torch.stack([model.loss(problem, W[k]) for k in range(len(radii))])
     path = train.regularization_path(problem, radii, steps=300)
-    # a global grid minimizer is at most the grid's error above any point of the ball, the path's included
-    assert (grid_loss <= path.loss + 1e-6).all(), (grid_loss, path.loss)
-    angle = np.degrees(np.arccos(theory.correlation(W, path.W)))
-    assert (angle < 0.5).all(), angle  # the same branch, within a few grid steps
+    # the refined grid minimizer is no worse than the library's path (to rounding) and on the same branch: their
+    # angles differ by less than a tenth of the grid step of 0.125 degrees (the path's own accuracy)
+    assert (grid_loss <= path.loss * (1 + 1e-12)).all(), (grid_loss, path.loss)
+    angle = np.degrees(np.arccos(np.clip(theory.correlation(W, path.W), -1, 1)))
+    assert (angle < 0.0125).all(), angle
 
 
 def test_ball_minimizers_turn_toward_the_att_svm(tiny):

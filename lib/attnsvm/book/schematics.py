@@ -16,6 +16,7 @@ import networkx as nx
 import numpy as np
 import torch
 from matplotlib.axes import Axes
+from scipy.optimize import minimize_scalar
 from matplotlib.patches import Circle, FancyBboxPatch
 from numpy.typing import ArrayLike
 
@@ -50,8 +51,10 @@ def shared_query_problem(problem: Problem) -> Problem:
 
 def ball_minimizers(problem: Problem, radii: ArrayLike, *, angles: int = 2880, rings: int = 100) -> np.ndarray:
     """w_R = W_R z, where W_R minimizes the logistic loss over {||W||_F <= R}, for a ``shared_query_problem``: the
-    best point of a polar grid of the disk of radius R (``angles`` directions, ``rings`` radii up to R), shape
-    (len(radii), 2). A global minimizer up to the grid's resolution (2 pi / angles in angle, R / rings in norm).
+    best point of a polar grid of the disk of radius R (``angles`` directions, ``rings`` radii up to R), refined,
+    when it lies on the circle ||w|| = R, by a bounded one-dimensional search over the angle within one grid step
+    on either side (to about 1e-9 radians). Shape (len(radii), 2). The grid makes it the global minimizer unless
+    the loss has a deeper dip narrower than the grid's spacing (2 pi / angles in angle, R / rings in norm).
 
     Examples
     --------
@@ -69,14 +72,26 @@ def ball_minimizers(problem: Problem, radii: ArrayLike, *, angles: int = 2880, r
         raise ValueError(f"radii must be a non-empty list of positive finite radii, got {radii.tolist()}")
     if int(angles) < 4 or int(rings) < 1:
         raise ValueError(f"angles must be at least 4 and rings at least 1, got angles={angles}, rings={rings}")
-    theta = np.linspace(0.0, 2 * np.pi, int(angles), endpoint=False)
+
+    def losses(w: np.ndarray) -> np.ndarray:
+        W = torch.zeros(len(w), 2, 2, dtype=torch.float64)
+        W[:, :, 0] = torch.from_numpy(w)
+        return model.loss(problem, W).numpy()
+
+    step = 2 * np.pi / int(angles)
+    theta = np.arange(int(angles)) * step
     unit = np.stack([np.cos(theta), np.sin(theta)], -1)
     best = []
     for R in radii:
         w = (np.linspace(R / rings, R, int(rings))[:, None, None] * unit).reshape(-1, 2)
-        W = torch.zeros(len(w), 2, 2, dtype=torch.float64)
-        W[:, :, 0] = torch.from_numpy(w)
-        best.append(w[int(model.loss(problem, W).argmin())])
+        k = int(losses(w).argmin())
+        if k < len(w) - int(angles):  # inside the disk: the grid point
+            best.append(w[k])
+            continue
+        on_circle = minimize_scalar(lambda a: losses(R * np.array([[np.cos(a), np.sin(a)]]))[0],
+                                    bounds=(theta[k % int(angles)] - step, theta[k % int(angles)] + step),
+                                    method="bounded", options={"xatol": 1e-9})
+        best.append(R * np.array([np.cos(on_circle.x), np.sin(on_circle.x)]))
     return np.array(best)
 
 
@@ -134,9 +149,9 @@ def _deltas(problem: Problem, alpha: ArrayLike) -> np.ndarray:
 
 def separation(ax: Axes, problem: Problem, alpha: ArrayLike, W_mm: ArrayLike, *, tol: float = 1e-6) -> np.ndarray:
     """Token selection as separation, for a ``shared_query_problem``: the points x_ia - x_it (standing for
-    A_it = (x_ia - x_it) z^T), the line through 0 orthogonal to w = W_mm z, the margin line <A_it, W_mm> = 1
-    through the support points (ringed: margin within ``tol`` of 1), and the direction of W_mm. Returns the
-    margins <A_it, W_mm>, shape (n (T - 1),).
+    A_it = (x_ia - x_it) z^T), the line <A, W_mm> = 0 through 0 (orthogonal to w = W_mm z), the margin line
+    <A, W_mm> = 1 through the support points (ringed: margin within ``tol`` of 1), and the direction of W_mm.
+    Returns the margins <A_it, W_mm>, shape (n (T - 1),).
 
     Examples
     --------
@@ -161,9 +176,9 @@ def separation(ax: Axes, problem: Problem, alpha: ArrayLike, W_mm: ArrayLike, *,
     support = np.abs(margins - 1) <= tol
     reach = 1.3 * np.abs(points).max()
     plots.line(ax, [0.0, 0.0], w, reach=reach, color=plots.PALETTE["black"],
-               label=r"$\langle A_{it},W\rangle=0$: a line through 0")
+               label=r"$\langle A,W^{\mathrm{mm}}\rangle=0$: a line through 0")
     plots.line(ax, w / (w @ w), w, reach=reach, linestyle="--", color=plots.PALETTE["vermillion"],
-               label=r"margin: $\langle A_{it},W^{\mathrm{mm}}\rangle=1$")
+               label=r"margin: $\langle A,W^{\mathrm{mm}}\rangle=1$")
     ax.scatter(*points.T, s=36, color=plots.PALETTE["blue"], zorder=3, label=r"$A_{it}$")
     ax.scatter(*points[support].T, s=150, facecolor="none", edgecolor=plots.PALETTE["black"], zorder=3,
                label="support")
@@ -203,7 +218,7 @@ def path_turn(ax_plane: Axes, ax_angle: Axes, radii: ArrayLike, w: ArrayLike, W_
         raise ValueError(f"W_mm must be 2 x 2 and w (len(radii), 2), got {W_mm.shape} and {w.shape}")
     unit, mm = w / np.linalg.norm(w, axis=1, keepdims=True), W_mm[:, 0] / np.linalg.norm(W_mm[:, 0])
     angles = np.degrees(np.arccos(np.clip(unit @ mm, -1.0, 1.0)))
-    shades = plt.get_cmap("Blues")(np.linspace(0.35, 1.0, radii.size))
+    shades = plt.get_cmap("Blues")(np.linspace(0.55, 1.0, radii.size))
     arc = np.linspace(0, 2 * np.pi, 721)
     ax_plane.plot(np.cos(arc), np.sin(arc), color=plots.PALETTE["black"], linewidth=0.8, alpha=0.4)
     for R, u, shade in zip(radii, unit, shades):
