@@ -1,0 +1,28 @@
+"""The published repository's URL is set in one place (_config.yml): the README's Binder badge and every install
+cell agree with it, and the install is pinned to the library's release tag (tools/repository.py)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("repository", ROOT / "tools" / "repository.py")
+repository = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(repository)
+
+
+def test_every_chapter_has_one_install_cell():
+    chapters = [page for page in (ROOT / "book_src").glob("*.md") if "```{code-cell}" in page.read_text()
+                and page.stem not in ("status", "proved")]
+    missing = [page.name for page in chapters if len(repository.INSTALL.findall(page.read_text())) != 1]
+    assert not missing, f"pages with code but not exactly one install cell: {missing}"
+
+
+def test_readme_and_install_cells_follow_the_config():
+    stale = [path.name for path, text in repository.expected().items() if path.read_text() != text]
+    assert not stale, f"{stale} disagree with _config.yml's repository: run `python tools/repository.py --write`"
+
+
+def test_install_is_pinned_to_the_release_tag():
+    url, _, version = repository.settings()
+    lines = repository.install_lines(url, version)
+    assert f"@v{version}#subdirectory=lib" in lines and url in lines
