@@ -70,3 +70,10 @@ def test_the_handout_lists_a_statement_the_book_does_not_prove_with_its_source()
     (found,) = provenance.statements(text)
     assert found == {"kind": "theorem", "title": "T", "label": "thm-x",
                      "source": "paper A, Theorem 1; missing: the entry step", "status": "not proved here; taken on trust"}
+
+
+def test_every_status_has_a_mark_in_the_html_book():
+    spec = importlib.util.spec_from_file_location("provenance_marks", ROOT / "assets" / "sphinx" / "provenance_marks.py")
+    marks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(marks)
+    assert set(marks.MARKS) == set(provenance.STATUSES), "assets/sphinx/provenance_marks.py: one mark per status"
