@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numba
 import numpy as np
@@ -704,12 +705,60 @@ def _multipliers_of_h(Z_S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, b
     return log_total - U @ s, Vt.T @ (U.T / sv[:, None]), sv[0] / sv[-1], converged
 
 
+def _exact_margin(Z_T: np.ndarray, z: np.ndarray) -> Fraction | None:
+    """z^T w_T in exact rational arithmetic on the float64 data, for w_T the minimum-norm w with Z_T w = 1
+    (w_T = Z_T^T lam for any solution lam of the Gram system Z_T Z_T^T lam = 1); None if Z_T w = 1 has no
+    solution."""
+    rows = [[Fraction(v) for v in row] for row in Z_T]
+    point = [Fraction(v) for v in z]
+    dot = lambda a, b: sum((p * q for p, q in zip(a, b)), Fraction(0))  # noqa: E731
+    k = len(rows)
+    system = [[dot(rows[i], rows[j]) for j in range(k)] + [Fraction(1)] for i in range(k)]
+    pivots, r = [], 0
+    for col in range(k):  # Gauss-Jordan elimination, exact
+        found = next((i for i in range(r, k) if system[i][col] != 0), None)
+        if found is None:
+            continue
+        system[r], system[found] = system[found], system[r]
+        system[r] = [v / system[r][col] for v in system[r]]
+        for i in range(k):
+            if i != r and system[i][col] != 0:
+                system[i] = [v - system[i][col] * p for v, p in zip(system[i], system[r])]
+        pivots.append(col)
+        r += 1
+    if any(system[i][k] != 0 for i in range(r, k)):
+        return None  # 1 is not in the range of the Gram matrix: no w has margins 1 on T
+    lam = [Fraction(0)] * k
+    for i, col in enumerate(pivots):
+        lam[col] = system[i][k]
+    return sum((lam[j] * dot(rows[j], point) for j in range(k)), Fraction(0))
+
+
+def _exact_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The support S (n,) of ``svm`` with every point i dropped whose margin float64 cannot tell from 1 but that
+    lies off the margin in exact arithmetic on the data: S minus {i} passes the KKT conditions to rounding with i
+    on its feasible side (``_smaller``), and z_i^T w_T > 1 exactly for that face's minimum-norm w_T. Decides the
+    support vectors that (H) is about where rounding cannot (Z: signed points scaled to max ||z_i|| ~ 1)."""
+    S = S.copy()
+    for i in np.flatnonzero(S):
+        T = S & (np.arange(len(S)) != i)
+        if T.any() and _smaller(Z, T, i, alpha):
+            margin = _exact_margin(Z[T], Z[i])
+            if margin is not None and margin > 1:
+                S = T
+    return S
+
+
 def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None = None) -> np.ndarray:
     """The finite part w_tilde (..., d) of the prelude's hypothesis (H): the minimum-norm w with
     y_i x_i^T w = log(c / alpha_i) for every support vector i, for the dual multipliers alpha for which such a w
     exists (they are unique and do not depend on c). Gradient descent with step lr on the mean loss has
     w(t) = w_hat log t + w_tilde + r(t) with c = lr / n; normalized gradient descent uses c = 1 (the prelude).
-    ``solution``: the SVM of X, y if already solved; (H) is decided for its support vectors S (see ``svm``).
+    ``solution``: the SVM of X, y if already solved; (H) is decided for its support vectors S (see ``svm``), except
+    that a point of S whose margin float64 cannot tell from 1, where S without it also satisfies the KKT conditions
+    to rounding, is decided in exact rational arithmetic on the data (its margin under that face's minimum-norm w):
+    off the margin, it is left out ((H) jumps there: x = (1, 0.5), (1, -0.5), (1 + 2^-52, 0) has log 2 where
+    (1, 0) has log 3).
 
     The gradient of the convex F(v) = sum_{i in S} c e^(-m_i(v)) + <w_hat, v> vanishes iff the alpha_i =
     c e^(-m_i(v)) are dual multipliers, so w_tilde is the minimum-norm minimizer of F, found by Newton's method
@@ -745,7 +794,8 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     batch, d = Z.shape[:-2], Z.shape[-1]
     out = np.empty(batch + (d,))
     for b in np.ndindex(batch):
-        S = np.flatnonzero(solution.support[b])
+        e = _exponent(_norm(Z[b]).max())
+        S = np.flatnonzero(_exact_support(np.ldexp(Z[b], -e), solution.support[b], np.ldexp(solution.alpha[b], 2 * e)))
         log_alpha, pinv, cond, converged = _multipliers_of_h(Z[b][S])
         share = np.exp(log_alpha - _logsumexp(log_alpha))  # alpha_i / sum_j alpha_j
         accuracy = 10 * len(S) * np.finfo(float).eps * cond**2  # first order, for relative errors eps in Z_S

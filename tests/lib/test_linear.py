@@ -387,18 +387,40 @@ def test_svm_walks_to_a_feasible_face():
 
 
 def test_svm_decides_a_zero_multiplier_support_vector_with_either_solver():
-    """A point planted on the margin with multiplier 0 (the interior-point solver puts it 3e-5 off the margin): both
-    solvers mark it, so offset refuses (H) for both."""
+    """A point planted on the margin in floating point, with multiplier 0 (the interior-point solver puts it 3e-5 off
+    the margin): both solvers mark it, but in exact arithmetic on the data it lies off the margin (by 1e-14), so
+    offset leaves it out, for both solutions, and returns the offset of the data without it."""
     X, y = data(seed=1, n=20, d=5)
     w_hat = linear.svm(X, y).w
     v = np.random.default_rng(1).standard_normal(5)
     v -= v @ w_hat / (w_hat @ w_hat) * w_hat
-    X, y = np.r_[X, [w_hat / (w_hat @ w_hat) + 3 * v / np.linalg.norm(v)]], np.r_[y, 1.0]
-    exact, interior = linear.svm(X, y), linear.svm(X, y, solver="clarabel")
+    X2, y2 = np.r_[X, [w_hat / (w_hat @ w_hat) + 3 * v / np.linalg.norm(v)]], np.r_[y, 1.0]
+    exact, interior = linear.svm(X2, y2), linear.svm(X2, y2, solver="clarabel")
     assert exact.support[-1] and (interior.support == exact.support).all()
+    without = linear.offset(X, y)
     for sol in (exact, interior):
-        with pytest.raises(ValueError, match=r"hypothesis \(H\) fails .*support vectors \[20\]"):
-            linear.offset(X, y, solution=sol)
+        np.testing.assert_allclose(linear.offset(X2, y2, solution=sol), without, rtol=1e-9)
+
+
+@pytest.mark.parametrize("ulps, expected", [(0, np.log(3)), (1, np.log(2)), (2, np.log(2)), (8, np.log(2)),
+                                            (-1, 0.0), (-8, 0.0)])
+def test_offset_decides_a_point_within_rounding_of_the_margin_exactly(ulps, expected):
+    """x = (1, 0.5), (1, -0.5), (x_1, 0) with x_1 ``ulps`` floats away from 1: exactly on the margin the three
+    points share (H) (log 3); one float outside, the third is no support vector (log 2); one float inside, it alone
+    is (w_tilde ~ 0). float64 cannot tell these margins from 1, so offset decides them in exact arithmetic."""
+    x_1 = 1.0
+    for _ in range(abs(ulps)):
+        x_1 = np.nextafter(x_1, np.sign(ulps) * np.inf)
+    X, y = np.array([[1.0, 0.5], [1.0, -0.5], [x_1, 0.0]]), np.ones(3)
+    assert linear.svm(X, y).support.all()  # the support rule marks all three: rounding cannot tell
+    np.testing.assert_allclose(linear.offset(X, y), [expected, 0.0], rtol=0, atol=1e-12)
+
+
+def test_offset_keeps_a_point_exactly_on_the_margin_and_refuses_its_zero_multiplier():
+    """x = (1, 0), (1, 1): the second point lies exactly on the margin of w_hat = (1, 0) with multiplier 0, so (H)
+    fails; the exact decision keeps it, and offset refuses."""
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails .*support vectors \[1\]"):
+        linear.offset([[1.0, 0.0], [1.0, 1.0]], [1.0, 1.0])
 
 
 def test_svm_output_is_accepted_or_refused_at_every_scale():
