@@ -26,3 +26,14 @@ def test_install_is_pinned_to_the_release_tag():
     url, _, version = repository.settings()
     lines = repository.install_lines(url, version)
     assert f"@v{version}#subdirectory=lib" in lines and url in lines
+
+
+def test_a_new_address_reaches_every_place(monkeypatch):
+    monkeypatch.setattr(repository, "settings", lambda: ("https://github.com/someone/fork", "dev", "9.9.9"))
+    files = repository.expected()
+    assert "(https://mybinder.org/v2/gh/someone/fork/dev?urlpath=lab/tree/book)" in files[repository.README]
+    assert files[repository.LIB_README].count("git+https://github.com/someone/fork@v9.9.9#subdirectory=lib") == 2
+    pages = [text for path, text in files.items() if path.parent.name == "book_src"]
+    assert sum('repo = "https://github.com/someone/fork"' in text for text in pages) >= 15
+    assert any("note   = {https://github.com/someone/fork}" in text for text in pages)
+    assert not any("attnsvm/attention-max-margin-book" in text for text in files.values())

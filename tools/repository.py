@@ -1,8 +1,8 @@
 """Where the book is published, set in one place: `repository.url` in _config.yml.
 
-The launch buttons read it there; the README's Binder badge and every chapter's install cell (the hidden first
-cell that installs the library in Colab) repeat it, with the install pinned to the library's release tag
-v<version> (lib/pyproject.toml). `python tools/repository.py --write` rewrites them from _config.yml (then run
+The launch buttons read it there; the README's Binder badge, the library's install lines (lib/README.md), every
+chapter's install cell (the hidden first cell that installs the library in Colab) and the introduction's citation
+repeat it, with the installs pinned to the library's release tag v<version> (lib/pyproject.toml). `python tools/repository.py --write` rewrites them from _config.yml (then run
 `make sync`); tests/test_repository.py checks that they agree.
 """
 
@@ -14,9 +14,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README, LIB_README = ROOT / "README.md", ROOT / "lib" / "README.md"
 INSTALL = re.compile(r'^    repo = ".*"\n    %pip install --quiet ".*"$', re.M)
 BADGE = re.compile(r"\(https://mybinder\.org/v2/gh/[^)]*\)")
+PIP = re.compile(r"git\+https://[^\s\"#@]+(@[^\s\"#]+)?#subdirectory=lib")
+CITATION = re.compile(r"^  note   = \{https://[^}]*\}$", re.M)
 
 
 def settings() -> tuple[str, str, str]:
@@ -39,14 +41,13 @@ def badge(url: str, branch: str) -> str:
 
 
 def expected() -> dict[Path, str]:
-    """{file: its text with the repository's URL as _config.yml sets it} for the README and every page that has an
-    install cell."""
+    """{file: its text with the repository's URL as _config.yml sets it} for the READMEs and every page."""
     url, branch, version = settings()
-    files = {README: BADGE.sub(lambda _: badge(url, branch), README.read_text())}
+    files = {README: BADGE.sub(lambda _: badge(url, branch), README.read_text()),
+             LIB_README: PIP.sub(lambda _: f"git+{url}@v{version}#subdirectory=lib", LIB_README.read_text())}
     for page in sorted((ROOT / "book_src").glob("*.md")):
-        text = page.read_text()
-        if INSTALL.search(text):
-            files[page] = INSTALL.sub(lambda _: install_lines(url, version), text)
+        text = CITATION.sub(lambda _: f"  note   = {{{url}}}", page.read_text())
+        files[page] = INSTALL.sub(lambda _: install_lines(url, version), text)
     return files
 
 
