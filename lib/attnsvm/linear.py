@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import combinations
 
 import numba
 import numpy as np
@@ -34,11 +35,13 @@ from .model import MAX_RECORDS, MAX_STEPS
 from .svm import GAP_TOL, MAX_NORM, InfeasibleSVM, SolverError, soft_margin_svm
 
 __all__ = ["SVM", "Run", "separable", "svm", "margins", "normalized_margin", "log_loss", "gradient", "hessian",
-           "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "ACTIVE_TOL", "OFFSET_TOL"]
+           "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "ACTIVE_TOL", "NEAR_MAX",
+           "OFFSET_TOL"]
 
 LOSSES = ("exponential", "logistic")
 SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
 ACTIVE_TOL = 1e-6  # a multiplier above ACTIVE_TOL times the largest is positive: its point is on the margin
+NEAR_MAX = 12  # svm: where its walk fails, every face of at most this many points near the margin is tried
 OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give solution.w to this relative accuracy
 # (the exact solver's to ~1e-12; svm(solver="clarabel") returns the face's w_S, within its solution's accuracy)
 
@@ -215,9 +218,10 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     (||w - w_hat|| <= sqrt(2 gap) + the distance to feasibility, by weak duality) and raises a ValueError naming
     the fix, solver="nnls", otherwise; "nnls" returns its own w and alpha. ``support`` is S0's rule applied to
     (w_S, a): a point nearer the margin than that accuracy counts as a support vector (float64 cannot tell it from
-    one). Where no face within 2n steps passes, the exact solver raises ``SolverError`` and "clarabel" a ValueError
-    naming the points within its solution's accuracy of the margin and the fix, solver="nnls"; on the data of the
-    tests neither happens.
+    one). Where the walk finds no passing face within 2n steps, every face of the points within the solution's
+    accuracy of the margin is tried, largest first (if there are at most ``NEAR_MAX``); where none passes, the exact
+    solver raises ``SolverError`` and "clarabel" a ValueError naming those points and the fix, solver="nnls"; on the
+    data of the tests neither happens.
 
     Examples
     --------
@@ -362,7 +366,17 @@ def _support(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) \
             break
     eps, d = np.finfo(float).eps, Z.shape[1]
     accuracy = _norm(Z) * _distance(Z, w, alpha) + 4 * d * eps * (np.abs(Z) @ np.abs(w))
-    return None, np.flatnonzero(np.abs(Z @ w - 1) <= accuracy)
+    near = np.flatnonzero(np.abs(Z @ w - 1) <= accuracy)
+    # the walk took a wrong turn: try every face of the points near the margin, largest first (at most 2^NEAR_MAX)
+    for size in range(len(near), 0, -1) if len(near) <= NEAR_MAX else ():
+        for face in combinations(near, size):
+            T = np.zeros(n, bool)
+            T[list(face)] = True
+            w_T, a, change = _face(Z, T, alpha)
+            if change is None:
+                a = np.maximum(a, 0.0)
+                return (_on_margin(Z, w_T, a), w_T, a), None
+    return None, near
 
 
 def _distance(Z: np.ndarray, w: np.ndarray, alpha: np.ndarray) -> float:

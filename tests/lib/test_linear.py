@@ -376,6 +376,27 @@ def test_svm_walk_does_not_cycle_between_faces():
     assert np.allclose(interior.w, exact.w, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("Z, support", [
+    ([[-0.118143553478974, 0.5243074839947023, 0.25778437735554266],
+      [0.1127485831048964, -0.21330917323355306, 0.8012420031484748],
+      [0.16131131450512695, -0.36844949086421436, 0.9155455381872216],
+      [-0.11814355283872414, 0.5243074766554807, 0.2577843801320478],
+      [0.02051931371122485, 0.6427980635815426, 0.542673204628597]], [False, True, False, True, False]),
+    ([[0.07854961175619649, -0.3077181842255355, 0.0469890567202153, 0.4494527318644385],
+      [0.18703490036688822, 0.29983445598265396, 0.935168289126435, 0.024031563883167698],
+      [0.36375472548338783, -0.33635566038051407, -0.04751043005329383, 0.4224779806371578],
+      [0.18703480479761522, 0.2998326640666996, 0.9351651705439993, 0.024032095545192003],
+      [-0.3749176835226544, -0.2621854843173642, 0.1972403131314565, 0.4923417610264672]],
+     [True, False, False, True, True])])
+def test_clarabel_finds_the_face_where_its_walk_takes_a_wrong_turn(Z, support):
+    """Near-duplicate points within Clarabel's accuracy of the margin: the walk drops a true support vector and may
+    not add it back; trying every face of the points near the margin finds the exact support (rational KKT)."""
+    Z = np.array(Z)
+    exact, interior = linear.svm(Z, np.ones(5)), linear.svm(Z, np.ones(5), solver="clarabel")
+    assert exact.support.tolist() == interior.support.tolist() == support
+    np.testing.assert_allclose(interior.w, exact.w, rtol=1e-12)
+
+
 def test_svm_walks_to_a_feasible_face():
     """The feasibility check: from a solution whose multipliers sit on x1 alone (w = (1, 0)), x2 = (1, -1) has
     margin 1 but x3 = (0.5, 1) has margin 0.5; only adding x3 gives the KKT conditions, and the support must say so."""
