@@ -97,20 +97,30 @@ OVERFLOW = """(selector) => {
     if (!article) return [];
     const right = article.getBoundingClientRect().right;
     const scrolls = element => ['auto', 'scroll'].includes(getComputedStyle(element).overflowX);
+    // a visible cue: the scrollbar takes room below the content (not an overlay that shows only on touch)
+    const cue = element => {
+        const style = getComputedStyle(element);
+        const borders = parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+        return element.offsetHeight - element.clientHeight - borders >= 4;
+    };
     const scroller = element => {
         for (let node = element; node && node !== article; node = node.parentElement)
-            if (scrolls(node) && node.clientWidth < node.scrollWidth) return node;
+            if (scrolls(node) && node.clientWidth < node.scrollWidth && cue(node)) return node;
         return null;
     };
     const bad = [];
     for (const element of article.querySelectorAll(selector)) {
         if (!element.getClientRects().length || element.closest('.toggle-hidden, details:not([open])')) continue;
-        const wide = element.scrollWidth > element.clientWidth + 1 || element.getBoundingClientRect().right > right + 1;
+        // wider than its box, or than the column, by more than an accent's overhang (math_scroll.js's SLACK); for
+        // math, the typeset formula's width (MathJax's hidden copy for screen readers is often wider)
+        const shown = element.querySelector(':scope > mjx-container > mjx-math');
+        const width = shown ? shown.getBoundingClientRect().width : element.scrollWidth;
+        const wide = width > element.clientWidth + 4 || element.getBoundingClientRect().right > right + 4;
         if (wide && !scroller(element)) bad.push(element.innerText.slice(0, 60).replace(/\\s+/g, ' '));
     }
     return bad;
 }"""
-WIDE = "mjx-container[display='true'], table, pre, .cell_output, figure, .attnsvm-explorer"
+WIDE = "mjx-container[display='true'], span.math, table, pre, .cell_output, figure, .attnsvm-explorer"
 
 
 @each_page
@@ -118,6 +128,8 @@ def test_nothing_wider_than_the_column_without_a_scrollbar(name, visit, visit_ph
     for width, visited in ((1280, visit(name)), (400, visit_phone(name))):
         bad = visited.page.evaluate(OVERFLOW, WIDE)
         assert not bad, f"{name}.html at {width} px: wider than the column and not scrollable: {bad[:5]}"
+        page_width = visited.page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert page_width <= 1, f"{name}.html at {width} px: the page is {page_width} px wider than the window"
 
 
 @each_page
@@ -145,12 +157,26 @@ def test_code_lines_fit_the_column_at_1280_px(name, visit):
 
 def test_overflow_check_catches_clipped_math(browser):
     page = browser.new_page(viewport={"width": 400, "height": 300})
-    page.set_content('<div class="bd-article" style="width:300px;overflow:hidden">'
+    page.set_content('<style>.bd-article ::-webkit-scrollbar { height: 8px; }</style>'
+                     '<div class="bd-article" style="width:300px;overflow:hidden">'
                      '<pre style="overflow-x:visible">' + "x" * 200 + '</pre>'
-                     '<pre style="overflow-x:auto">' + "y" * 200 + '</pre></div>')
-    bad = page.evaluate(OVERFLOW, "pre")
+                     '<pre style="overflow-x:auto">' + "y" * 200 + '</pre>'
+                     '<span class="math" style="display:inline-flex;max-width:100%;overflow:hidden">' + "z" * 200
+                     + '</span></div>')
+    bad = page.evaluate(OVERFLOW, "pre, span.math")
     page.close()
-    assert bad == ["x" * 60]
+    assert bad == ["x" * 60, "z" * 60]  # the clipped pre and the clipped inline math, not the scrolling pre
+
+
+def test_overflow_check_wants_a_visible_scrollbar(browser):
+    page = browser.new_page(viewport={"width": 400, "height": 300})
+    page.set_content('<style>.bd-article ::-webkit-scrollbar { height: 0; }</style>'
+                     '<div class="bd-article" style="width:300px;overflow:hidden">'
+                     '<table style="display:block;overflow-x:auto"><tr><td>' + "t" * 200 + '</td></tr></table>'
+                     '</div>')
+    bad = page.evaluate(OVERFLOW, "table")
+    page.close()
+    assert bad == ["t" * 60]  # it scrolls, but nothing shows that it does
 
 
 @each_page
