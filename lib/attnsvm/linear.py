@@ -36,12 +36,14 @@ from .svm import GAP_TOL, MAX_NORM, InfeasibleSVM, SolverError, soft_margin_svm
 
 __all__ = ["SVM", "Run", "separable", "svm", "margins", "normalized_margin", "log_loss", "gradient", "hessian",
            "weights", "smoothness", "gd", "offset", "residual", "LOSSES", "SCHEDULES", "ACTIVE_TOL", "NEAR_MAX",
-           "OFFSET_TOL"]
+           "NEAR_TOL", "EXACT_MAX", "OFFSET_TOL"]
 
 LOSSES = ("exponential", "logistic")
 SCHEDULES = ("constant", "sqrt")  # step lr, or lr / sqrt(t + 1) at step t
 ACTIVE_TOL = 1e-6  # a multiplier above ACTIVE_TOL times the largest is positive: its point is on the margin
 NEAR_MAX = 12  # svm: where its walk fails, every face of at most this many points near the margin is tried
+NEAR_TOL = 1e-10  # offset: a point whose margin is this close to 1 may be a support vector or not, at float64
+EXACT_MAX = 30  # offset: the most points near the margin whose support it decides in exact arithmetic
 OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give solution.w to this relative accuracy
 # (the exact solver's to ~1e-12; svm(solver="clarabel") returns the face's w_S, within its solution's accuracy)
 
@@ -719,48 +721,55 @@ def _multipliers_of_h(Z_S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, b
     return log_total - U @ s, Vt.T @ (U.T / sv[:, None]), sv[0] / sv[-1], converged
 
 
-def _exact_margin(Z_T: np.ndarray, z: np.ndarray) -> Fraction | None:
-    """z^T w_T in exact rational arithmetic on the float64 data, for w_T the minimum-norm w with Z_T w = 1
-    (w_T = Z_T^T lam for any solution lam of the Gram system Z_T Z_T^T lam = 1); None if Z_T w = 1 has no
-    solution."""
-    rows = [[Fraction(v) for v in row] for row in Z_T]
-    point = [Fraction(v) for v in z]
-    dot = lambda a, b: sum((p * q for p, q in zip(a, b)), Fraction(0))  # noqa: E731
+def _exact_certificate(Z: np.ndarray, F: np.ndarray) -> np.ndarray | None:
+    """The support {j : m_j(w_hat) = 1} (n,) of the signed points Z (n, d), decided in exact rational arithmetic on
+    the float64 data, if the face F (n,) certifies w_hat exactly: its rows are independent, the minimum-norm w_F
+    with m_i(w_F) = 1 on F has multipliers lam >= 0 (w_F = Z_F^T lam, (Z_F Z_F^T) lam = 1) and every m_j(w_F) >= 1
+    (then w_F = w_hat by the KKT conditions); else None."""
+    rows = [[Fraction(v) for v in Z[i]] for i in np.flatnonzero(F)]
     k = len(rows)
-    system = [[dot(rows[i], rows[j]) for j in range(k)] + [Fraction(1)] for i in range(k)]
-    pivots, r = [], 0
-    for col in range(k):  # Gauss-Jordan elimination, exact
-        found = next((i for i in range(r, k) if system[i][col] != 0), None)
-        if found is None:
-            continue
-        system[r], system[found] = system[found], system[r]
-        system[r] = [v / system[r][col] for v in system[r]]
+    system = [[sum((p * q for p, q in zip(rows[i], rows[j])), Fraction(0)) for j in range(k)] + [Fraction(1)]
+              for i in range(k)]
+    for col in range(k):  # Gauss-Jordan elimination of the Gram system, exact
+        pivot = next((i for i in range(col, k) if system[i][col] != 0), None)
+        if pivot is None:
+            return None  # dependent rows: the multipliers are not unique
+        system[col], system[pivot] = system[pivot], system[col]
+        system[col] = [v / system[col][col] for v in system[col]]
         for i in range(k):
-            if i != r and system[i][col] != 0:
-                system[i] = [v - system[i][col] * p for v, p in zip(system[i], system[r])]
-        pivots.append(col)
-        r += 1
-    if any(system[i][k] != 0 for i in range(r, k)):
-        return None  # 1 is not in the range of the Gram matrix: no w has margins 1 on T
-    lam = [Fraction(0)] * k
-    for i, col in enumerate(pivots):
-        lam[col] = system[i][k]
-    return sum((lam[j] * dot(rows[j], point) for j in range(k)), Fraction(0))
+            if i != col and system[i][col] != 0:
+                system[i] = [v - system[i][col] * p for v, p in zip(system[i], system[col])]
+    lam = [system[i][k] for i in range(k)]
+    if any(v < 0 for v in lam):
+        return None
+    w = [sum((lam[i] * rows[i][a] for i in range(k)), Fraction(0)) for a in range(Z.shape[1])]
+    margins = [sum((Fraction(v) * c for v, c in zip(z, w)), Fraction(0)) for z in Z]
+    if any(m < 1 for m in margins):
+        return None
+    return np.array([m == 1 for m in margins])
 
 
-def _exact_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """The support S (n,) of ``svm`` with every point i dropped whose margin float64 cannot tell from 1 but that
-    lies off the margin in exact arithmetic on the data: S minus {i} passes the KKT conditions to rounding with i
-    on its feasible side (``_smaller``), and z_i^T w_T > 1 exactly for that face's minimum-norm w_T. Decides the
-    support vectors that (H) is about where rounding cannot (Z: signed points scaled to max ||z_i|| ~ 1)."""
-    S = S.copy()
-    for i in np.flatnonzero(S):
-        T = S & (np.arange(len(S)) != i)
-        if T.any() and _smaller(Z, T, i, alpha):
-            margin = _exact_margin(Z[T], Z[i])
-            if margin is not None and margin > 1:
-                S = T
-    return S
+def _decided_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """The support vectors that (H) is about, for the support S (n,) of ``svm``'s solution (w, alpha) of the signed
+    points Z (n, d) (scaled to max ||z_i|| ~ 1), decided in exact rational arithmetic on the data by the first face
+    near S that certifies w_hat exactly (``_exact_certificate``: S, the active points of alpha, S minus a point, S
+    plus a point within ``NEAR_TOL`` of the margin, or both, or one point alone); None where none does. Where S and
+    the near points are more than ``EXACT_MAX``, S itself if it is clear at float64 (no near point outside S, and no
+    point of S that S can lose and still pass the KKT conditions to rounding), else None."""
+    n = len(S)
+    near = np.abs(Z @ w - 1) <= NEAR_TOL
+    if (near | S).sum() > EXACT_MAX:
+        clear = not (near & ~S).any() and not any(
+            (T := S & (np.arange(n) != i)).any() and _smaller(Z, T, i, alpha) for i in np.flatnonzero(S))
+        return S if clear else None
+    unit, active = np.eye(n, dtype=bool), alpha > ACTIVE_TOL * alpha.max()
+    faces = [S, active] + [S & ~unit[i] for i in np.flatnonzero(S)]
+    faces += [(S | unit[j]) & ~unit[i] for j in np.flatnonzero(near & ~S) for i in [j, *np.flatnonzero(S)]]
+    faces += [unit[j] for j in np.flatnonzero(near | S)]  # one point alone
+    for F in faces:
+        if F.any() and (support := _exact_certificate(Z, F)) is not None:
+            return support
+    return None
 
 
 def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None = None) -> np.ndarray:
@@ -768,11 +777,12 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     y_i x_i^T w = log(c / alpha_i) for every support vector i, for the dual multipliers alpha for which such a w
     exists (they are unique and do not depend on c). Gradient descent with step lr on the mean loss has
     w(t) = w_hat log t + w_tilde + r(t) with c = lr / n; normalized gradient descent uses c = 1 (the prelude).
-    ``solution``: the SVM of X, y if already solved; (H) is decided for its support vectors S (see ``svm``), except
-    that a point of S whose margin float64 cannot tell from 1, where S without it also satisfies the KKT conditions
-    to rounding, is decided in exact rational arithmetic on the data (its margin under that face's minimum-norm w):
-    off the margin, it is left out ((H) jumps there: x = (1, 0.5), (1, -0.5), (1 + 2^-52, 0) has log 2 where
-    (1, 0) has log 3).
+    ``solution``: the SVM of X, y if already solved. (H) is about the support vectors, which float64 cannot always
+    tell ((H) jumps with them: x = (1, 0.5), (1, -0.5), (1 + 2^-52, 0) has log 2 where (1, 0) has log 3), so they
+    are decided in exact rational arithmetic on the data, by a face near the support S of ``solution`` (see
+    ``svm``) that certifies the SVM exactly (independent rows, multipliers >= 0, every margin >= 1); where none
+    does, a ValueError names the points within ``NEAR_TOL`` of the margin. Where S and those points number more
+    than ``EXACT_MAX``, S is used if float64 decides it clearly, and refused otherwise.
 
     The gradient of the convex F(v) = sum_{i in S} c e^(-m_i(v)) + <w_hat, v> vanishes iff the alpha_i =
     c e^(-m_i(v)) are dual multipliers, so w_tilde is the minimum-norm minimizer of F, found by Newton's method
@@ -808,12 +818,21 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     batch, d = Z.shape[:-2], Z.shape[-1]
     out = np.empty(batch + (d,))
     for b in np.ndindex(batch):
-        e = _exponent(_norm(Z[b]).max())
-        S = np.flatnonzero(_exact_support(np.ldexp(Z[b], -e), solution.support[b], np.ldexp(solution.alpha[b], 2 * e)))
+        e, where = _exponent(_norm(Z[b]).max()), f" (problem {b})" if b else ""
+        decided = _decided_support(np.ldexp(Z[b], -e), solution.support[b], np.ldexp(solution.alpha[b], 2 * e),
+                                   np.ldexp(solution.w[b], e))
+        if decided is None:
+            near = np.flatnonzero(np.abs(Z[b] @ solution.w[b] - 1) <= NEAR_TOL)
+            raise ValueError(
+                f"offset cannot decide the support vectors of X, y{where}: the points {near.tolist()} lie within "
+                f"{NEAR_TOL:.0e} of the margin, float64 cannot tell which of them are on it, and no face of them "
+                "certifies the SVM in exact arithmetic; (H) and w_tilde jump with that choice. Move those points "
+                "off the margin or onto it exactly (e.g. exact binary fractions)")
+        S = np.flatnonzero(decided)
         log_alpha, pinv, cond, converged = _multipliers_of_h(Z[b][S])
         share = np.exp(log_alpha - _logsumexp(log_alpha))  # alpha_i / sum_j alpha_j
         accuracy = 10 * len(S) * np.finfo(float).eps * cond**2  # first order, for relative errors eps in Z_S
-        where, small = f" (problem {b})" if b else "", share <= accuracy
+        small = share <= accuracy
         if small.any():
             raise ValueError(
                 f"hypothesis (H) fails for X, y{where}, or float64 cannot tell: minimizing F drives the multipliers "

@@ -437,6 +437,38 @@ def test_offset_decides_a_point_within_rounding_of_the_margin_exactly(ulps, expe
     np.testing.assert_allclose(linear.offset(X, y), [expected, 0.0], rtol=0, atol=1e-12)
 
 
+U = 2.0**-52
+
+
+@pytest.mark.parametrize("X, expected", [
+    ([[1, .5], [1, -.5], [1 + U, 0], [1 + U, .25]], [np.log(2), 0]),  # two points just outside the margin
+    ([[1, .5], [1, -.5], [1 + U, 0], [1 + U, 0]], [np.log(2), 0]),  # a duplicate
+    ([[1, .5], [1, -.5], [1 + 8 * U, 0], [1 + 3 * U, -.25]], [np.log(2), 0]),
+    ([[1, .5], [1, -.5], [1 - 64 * U, 0]], [0, 0]),  # 64 floats inside: the third point alone is the support
+    ([[1, .5], [1, -.5], [1 + 73 * U, -2]], [np.log(2), 0]),  # outside the support's cone
+])
+def test_offset_decides_several_points_near_the_margin_exactly(X, expected):
+    """Points a few floats from the margin, found by a reviewer where a point-by-point decision answered wrongly:
+    a face near the support that certifies the SVM in exact arithmetic decides them."""
+    np.testing.assert_allclose(linear.offset(np.array(X, float), np.ones(len(X))), expected, rtol=0, atol=1e-12)
+
+
+def test_offset_refuses_a_zero_multiplier_that_a_near_face_would_hide():
+    """w_hat = (1, 0, 0) exactly with the third point on the margin and multiplier 0, so (H) fails; the face
+    {x1, x2, x4} passes the KKT conditions to rounding (x4's exact multiplier is -2^-52) and leaves x3 off its
+    margin by 2^-52. The exact certificate does not accept it, and offset refuses."""
+    X = np.array([[1, .5, 0], [1, -.5, 0], [1, 0, 1], [1 + U, 0, -1]])
+    with pytest.raises(ValueError, match=r"hypothesis \(H\) fails .*support vectors \[2\]"):
+        linear.offset(X, np.ones(4))
+
+
+def test_offset_names_the_points_it_cannot_decide():
+    """More points near the margin than it decides exactly (EXACT_MAX): a clear refusal naming them."""
+    X = np.array([[1, .5], [1, -.5]] + [[1 + k * U, 0.01 * k] for k in range(1, linear.EXACT_MAX + 1)])
+    with pytest.raises(ValueError, match=r"offset cannot decide the support vectors .* the points \[0, 1, 2, "):
+        linear.offset(X, np.ones(len(X)))
+
+
 def test_offset_keeps_a_point_exactly_on_the_margin_and_refuses_its_zero_multiplier():
     """x = (1, 0), (1, 1): the second point lies exactly on the margin of w_hat = (1, 0) with multiplier 0, so (H)
     fails; the exact decision keeps it, and offset refuses."""
