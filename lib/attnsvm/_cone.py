@@ -4,7 +4,8 @@ For a locally-optimal selection alpha, with A_it = (x_{i alpha_i} - x_it) z_i^T,
 and m = 1 / ||W^mm_alpha||, the cone lemma says: if corr(W, W_hat) >= 1 - zeta' and ||W|| >= R(eps, zeta'), then
 <-grad L(W), W_hat> > 0 and <-grad L(W), W / ||W||> <= (1 + 2 eps) <-grad L(W), W_hat>. These functions compute the
 lemma's constants and radii, the radii from which gradient descent (plain or normalized) provably stays in the cone
-and converges in direction to W_hat, and the two sides of the lemma's inequality at given W. One unbatched problem.
+and converges in direction to W_hat, and the quantities of the lemma's three parts at given W (``ConeSides``). One
+unbatched problem.
 """
 
 from __future__ import annotations

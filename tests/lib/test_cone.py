@@ -114,15 +114,17 @@ def test_start_radius_takes_the_larger_of_its_two_conditions(example):
 
 def test_normalized_gd_from_the_cone_keeps_it_on_a_small_example():
     """One sequence, three tokens (zeta_max is not tiny): normalized runs from the theorem's radius, on the edge of
-    its cone (corr = 1 - zeta) in 20 directions, stay at corr >= 1 - 2 zeta, and <W, W_hat> rises by at least
-    q eta at every step (the proof's bound). Plain steps from that radius do not move: the gradient underflows."""
+    its cone (corr = 1 - zeta) in 20 directions, stay at corr >= 1 - 2 zeta for 2500 steps (long enough to turn the
+    direction out of that cone: 2500 eta / radius exceeds the angle between the two cones), and <W, W_hat> rises by
+    at least q eta at every step (the proof's bound). Plain steps from that radius do not move: the gradient
+    underflows."""
     attnsvm.setup(seed=0)
     problem = data.Problem([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]]], [1.0], [[1.0, 0.0]], [1.0, 0.2])
     opt = theory.optimal_tokens(problem)
     cone = theory.cone_constants(problem, opt)
-    zeta = cone.zeta_max
-    eta = 0.1
+    zeta, eta, steps = cone.zeta_max, 0.1, 2500
     radius = cone.start_radius(zeta, eta, normalized=True)
+    assert steps * eta / radius > np.arccos(1 - 2 * zeta) - np.arccos(1 - zeta)  # the runs could leave
     W_hat = cone.W_mm / np.linalg.norm(cone.W_mm)
     rng = np.random.default_rng(6)
     E = rng.standard_normal((20, 2, 2))
@@ -130,8 +132,11 @@ def test_normalized_gd_from_the_cone_keeps_it_on_a_small_example():
     E /= np.linalg.norm(E, axis=(1, 2))[:, None, None]
     angle = np.arccos(1 - zeta)
     W0 = radius * (np.cos(angle) * W_hat + np.sin(angle) * E)
-    run = train.gd(problem.repeat(20), steps=200, lr=eta, init=W0)
+    run = train.gd(problem.repeat(20), steps=steps, lr=eta, init=W0)
     corr = theory.correlation(run.W, cone.W_mm)
     inner = np.einsum("kbij,ij->kb", run.W.numpy(), W_hat)
     assert np.allclose(corr[0], 1 - zeta, atol=1e-12, rtol=0) and (corr >= 1 - 2 * zeta).all()
     assert (np.diff(inner, axis=0) >= cone.slope() * eta * (1 - 1e-9)).all()
+    plain = train.gd(problem.repeat(20), steps=10, lr=1 / train.lipschitz_W(problem).item(), init=W0,
+                     normalized=False)
+    assert (plain.W[-1].numpy() == W0).all()
