@@ -53,8 +53,8 @@ def ball_minimizers(problem: Problem, radii: ArrayLike, *, angles: int = 2880, r
     """w_R = W_R z, where W_R minimizes the logistic loss over {||W||_F <= R}, for a ``shared_query_problem``: the
     best point of a polar grid of the disk of radius R (``angles`` directions, ``rings`` radii up to R), refined,
     when it lies on the circle ||w|| = R, by a bounded one-dimensional search over the angle within one grid step
-    on either side. Shape (len(radii), 2). Its accuracy is limited by how flat the loss is in float64 (on the
-    introduction's problem, 1e-5 degrees up to R = 8, about 0.01 degrees at R = 16). The grid makes it the global
+    on either side. Shape (len(radii), 2). Its accuracy is limited by how flat the loss is in float64, which
+    grows with R (the tests compare it with ``train.regularization_path`` up to R = 8). The grid makes it the global
     minimizer unless the loss has a deeper dip narrower than the grid's spacing (2 pi / angles in angle, R / rings
     in norm), or two basins whose minima differ by less than the grid's error.
 
