@@ -549,9 +549,10 @@ def kq_gradient_untransposed():
     from attnsvm import train
 
     def make(original):
-        def loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge):
-            if len(params) == 1 or gradient != "exact" or ridge:
-                return original(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge)
+        def loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge, sqrt_schedule):
+            if len(params) == 1 or gradient != "exact" or ridge or sqrt_schedule:
+                return original(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge,
+                                sqrt_schedule)
             values = train._descent._token_values(problem, problem.v) if head is None else None
             K, Q = params
             for k in range(steps + 1):
