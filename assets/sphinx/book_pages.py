@@ -4,6 +4,7 @@
   once with the file name None and once with '', which declares `const THEBE_JS_URL` twice on a page and stops
   the second script with a console error.
 - Launch buttons (Binder, Colab) only on pages that have code to run.
+- Figures with a phone layout show it in narrow windows (phone_figures.py, in this folder, loaded from here).
 """
 
 from docutils import nodes
@@ -31,6 +32,7 @@ def _launch_buttons_where_code_runs(app, pagename, templatename, context, doctre
 
 
 def setup(app):
+    app.setup_extension("phone_figures")
     app.connect("html-page-context", _unique_scripts, priority=100)
     app.connect("html-page-context", _launch_buttons_where_code_runs, priority=502)  # after the theme adds them (501)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

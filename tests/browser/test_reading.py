@@ -92,6 +92,80 @@ def test_figure_text_measure_catches_a_shrunk_figure():
     assert smallest_text_px(buffer.getvalue(), 10) is None
 
 
+# What a phone shows of every figure and explorer frame: the image it picked (currentSrc: the phone layout where
+# there is one), its place against the column's content box, and whether it or its figure scrolls sideways.
+PHONE_FIGURES = """async () => {
+    const article = document.querySelector('.bd-article');
+    if (!article) return [];
+    const style = getComputedStyle(article), box = article.getBoundingClientRect();
+    const left = box.left + parseFloat(style.paddingLeft), right = box.right - parseFloat(style.paddingRight);
+    const images = [...article.querySelectorAll('img')].filter(img => img.getClientRects().length);
+    await Promise.all(images.map(img => { img.loading = 'eager'; return img.decode().catch(() => null); }));
+    return images.map(img => {
+        const rect = img.getBoundingClientRect(), holder = img.closest('figure, .attnsvm-explorer, .cell_output');
+        return {src: img.currentSrc, natural: img.naturalWidth, shown: rect.width,
+                outside: Math.max(left - rect.left, rect.right - right),
+                scrolls: !!holder && holder.scrollWidth > holder.clientWidth + 1};
+    });
+}"""
+
+
+def phone_figure_problems(images: list[dict], page_url: str, root: Path) -> list[str]:
+    """The figures (PHONE_FIGURES' records) that a phone shows wider than the column, scrolling sideways, with text
+    below MIN_TEXT_PX, or without a recorded text size."""
+    problems = []
+    for image in images:
+        if image["natural"] == 0:
+            continue  # test_pages checks that every image loads
+        label = image["src"][:60]
+        px = smallest_text_px(image_bytes(image["src"], page_url, root), image["shown"])
+        if image["outside"] > 1 or image["scrolls"]:
+            problems.append(f"{label} ({image['shown']:.0f} px wide, {image['outside']:.0f} px past the column"
+                            f"{', scrolls sideways' if image['scrolls'] else ''})")
+        if px is None:
+            problems.append(f"{label} (does not record its text size: draw it with the book's style)")
+        elif px < MIN_TEXT_PX:
+            problems.append(f"{label} (smallest text {px:.1f} px)")
+    return problems
+
+
+@each_page
+def test_every_figure_and_explorer_fits_a_phone(name, visit_phone, site):
+    visited = visit_phone(name)
+    problems = phone_figure_problems(visited.page.evaluate(PHONE_FIGURES), visited.page.url, site.root)
+    assert not problems, (f"{name}.html at 400 px: figures wider than the column or with text below {MIN_TEXT_PX} px "
+                          f"(give them a phone layout: attnsvm.book.plots.phone_layout): {problems}")
+
+
+def test_phone_figure_check_catches_a_cropped_or_shrunk_figure(browser, tmp_path):
+    """A figure too wide for the column that scrolls (the defect of the book before its phone layouts), the same
+    figure shrunk to the column (text below 9 px), and its phone layout in a <picture>, which passes."""
+    import matplotlib.pyplot as plt
+    plots.use_style()
+    figure, axes = plt.subplots(1, 2, figsize=(plots.WIDTH, 3))
+    data, metadata = plots.output(figure)
+    plt.close(figure)
+    (tmp_path / "wide.png").write_bytes(data)
+    (tmp_path / "phone.png").write_bytes(base64.b64decode(metadata[plots.PHONE_KEY]))
+    width = metadata["width"]
+    (tmp_path / "page.html").write_text(
+        '<div class="bd-article" style="width:350px;padding:0 16px">'
+        f'<figure style="overflow-x:auto;margin:0"><img src="wide.png" style="width:{width}px"></figure>'
+        f'<figure style="margin:0"><img src="wide.png" style="width:{width}px;max-width:100%"></figure>'
+        f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="phone.png 2x">'
+        f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure></div>')
+    page = browser.new_page(viewport={"width": 400, "height": 900})
+    page.goto((tmp_path / "page.html").as_uri())
+    images = page.evaluate(PHONE_FIGURES)
+    url = page.url
+    page.close()
+    assert [Path(image["src"]).name for image in images] == ["wide.png", "wide.png", "phone.png"]
+    problems = phone_figure_problems(images, url, Path("/"))  # file URLs: paths from the root
+    assert len(problems) == 2  # the phone layout passes
+    assert problems[0].endswith(f"({width} px wide, {width - 350} px past the column, scrolls sideways)")  # cropped
+    assert problems[1].endswith(f"(smallest text {9 * 100 / 72 * 350 / width:.1f} px)")  # shrunk
+
+
 OVERFLOW = """(selector) => {
     const article = document.querySelector('.bd-article');
     if (!article) return [];

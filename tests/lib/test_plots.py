@@ -1,6 +1,7 @@
 """attnsvm.book.plots (figure helpers, drawn on Agg figures) and the size rule (plots.png), and
 attnsvm.book.widgets.explorer (precomputed frames)."""
 
+import base64
 import io
 import json
 import re
@@ -192,7 +193,7 @@ def _draw_angle(calls):
 
 def test_explorer_frames_are_every_combination_last_control_fastest(agg):
     calls = []
-    images, grids = widgets.frames(_draw_angle(calls), angle=[1.0, 0.5, 2.0], kind=["a", "b"])
+    images, grids, _ = widgets.frames(_draw_angle(calls), angle=[1.0, 0.5, 2.0], kind=["a", "b"])
     assert calls == [(1.0, "a"), (1.0, "b"), (0.5, "a"), (0.5, "b"), (2.0, "a"), (2.0, "b")]
     assert len(images) == 6 and len(set(images)) == 6 and grids == [[1.0, 0.5, 2.0], ["a", "b"]]
     assert not agg.get_fignums()  # every frame's figure is closed
@@ -234,3 +235,146 @@ def test_explorer_rejects_repeated_values_and_too_many_frames(agg):
         widgets.frames(_draw_angle([]), angle=list(np.linspace(0, 1, 40)), kind=["a", "b"])
     with pytest.raises(ValueError, match=r"at least one control"):
         widgets.frames(_draw_angle([]))
+
+
+# ------------------------------------------------------------------ phone layouts
+
+def _text_px(data, column_px):
+    image = PIL.Image.open(io.BytesIO(data))
+    return plots.displayed_text_px(float(image.text[plots.TEXT_KEY]), image.width, float(image.text[plots.DPI_KEY]),
+                                   column_px)
+
+
+def _grid(agg):
+    figure, axes = agg.subplots(2, 2, figsize=(plots.WIDTH, 4.4), sharex=True, sharey=True)
+    for k, ax in enumerate(axes.flat):
+        ax.plot([0, 1], [0, k + 1])
+        ax.text(0.5, 0.5, f"panel {k}", transform=ax.transAxes)
+    axes[1, 0].set_xlabel("step $k$")
+    axes[0, 0].set_ylabel("error")
+    return figure
+
+
+def test_phone_layout_stacks_the_panels_in_reading_order_and_leaves_the_figure_alone(agg):
+    figure = _grid(agg)
+    places = [ax.get_position().bounds for ax in figure.axes]
+    phone = plots.phone_layout(figure)
+    assert phone is not figure and list(figure.get_size_inches()) == [plots.WIDTH, 4.4]
+    assert [ax.get_position().bounds for ax in figure.axes] == places
+    assert list(phone.get_size_inches()) == [plots.PHONE_WIDTH, 4.4 * 2]  # four rows as tall as the two were
+    phone.canvas.draw()
+    tops = [ax.get_position().y1 for ax in phone.axes]
+    assert [ax.texts[0].get_text() for ax in phone.axes] == ["panel 0", "panel 1", "panel 2", "panel 3"]
+    assert tops == sorted(tops, reverse=True) and len({round(ax.get_position().x0, 6) for ax in phone.axes}) == 1
+    # what sharing had left to a neighbour, every panel now shows: tick labels and axis labels
+    assert all(ax.yaxis.get_tick_params(which="major")["labelleft"] for ax in phone.axes)
+    assert all(ax.xaxis.get_tick_params(which="major").get("labelbottom", True) for ax in phone.axes)
+    assert [ax.get_ylabel() for ax in phone.axes] == ["error"] * 4
+    assert [ax.get_xlabel() for ax in phone.axes] == ["step $k$"] * 4
+    assert not agg.get_fignums() or figure.number in agg.get_fignums() and len(agg.get_fignums()) == 1
+
+
+def test_phone_layout_keeps_a_twin_with_its_axes_and_puts_figure_legends_below(agg):
+    figure, (left, right) = agg.subplots(1, 2, figsize=(plots.WIDTH, 3))
+    twin = right.twinx()
+    for ax, name in ((left, "first curve"), (right, "second curve"), (twin, "third curve")):
+        ax.plot([0, 1], [1, 0], label=name)
+    figure.legend(loc="lower center", ncols=3)
+    phone = plots.phone_layout(figure)
+    p_left, p_right, p_twin = phone.axes
+    assert p_twin.get_subplotspec().rowspan == p_right.get_subplotspec().rowspan == range(1, 2)
+    assert not p_twin.xaxis.get_visible() and p_twin.yaxis.get_ticks_position() == "right"  # still a twin
+    data, _ = plots.png(phone, column_px=plots.PHONE_COLUMN_PX)
+    renderer = phone.canvas.get_renderer()
+    (legend,) = phone.legends
+    box = legend.get_window_extent(renderer)
+    assert box.y1 <= min(ax.get_tightbbox(renderer).y0 for ax in phone.axes) + 1  # under every panel
+    assert 0 <= box.x0 and box.x1 <= phone.bbox.width and legend._ncols < 3  # in fewer columns, inside the figure
+    assert [text.get_text() for text in legend.get_texts()] == ["first curve", "second curve", "third curve"]
+    assert _text_px(data, plots.PHONE_COLUMN_PX) >= plots.MIN_TEXT_PX
+
+
+def test_phone_layout_refuses_what_it_would_misplace(agg):
+    figure, ax = agg.subplots(figsize=(plots.WIDTH, 3))
+    figure.add_axes([0.6, 0.6, 0.3, 0.3])
+    with pytest.raises(ValueError, match=r"axes placed by hand \(fig.add_axes\) or texts placed on the figure"):
+        plots.phone_layout(figure)
+    figure, ax = agg.subplots(figsize=(plots.WIDTH, 3))
+    figure.text(0.1, 0.1, "note")
+    with pytest.raises(ValueError, match=r"put every panel on a grid"):
+        plots.phone_layout(figure)
+    figure.texts.clear()
+    figure.supylabel("error")  # a figure label is laid out with the panels: allowed
+    assert plots.phone_layout(figure).get_supylabel() == "error"
+
+
+def test_output_stores_a_phone_layout_where_the_figure_would_shrink_below_nine_pixels(agg):
+    narrow, _ = agg.subplots(figsize=(3.0, 2.5))
+    data, metadata = plots.output(narrow)
+    assert plots.PHONE_KEY not in metadata and plots.fits_phone(data)
+    assert _text_px(data, plots.PHONE_COLUMN_PX) == pytest.approx(9 * 100 / 72, rel=0.02)
+    data, metadata = plots.output(_grid(agg))
+    assert not plots.fits_phone(data) and _text_px(data, plots.PHONE_COLUMN_PX) < plots.MIN_TEXT_PX
+    phone = base64.b64decode(metadata[plots.PHONE_KEY])
+    width = PIL.Image.open(io.BytesIO(phone)).width * plots.CSS_PX_PER_INCH / plots.DPI
+    assert plots.PHONE_WIDTH * 100 - 20 <= width <= plots.PHONE_WIDTH * 100 + 15  # shown at most 6% smaller
+    assert _text_px(phone, plots.PHONE_COLUMN_PX) >= plots.MIN_TEXT_PX
+
+
+def test_a_phone_layout_that_stays_too_wide_fails_loudly(agg):
+    figure, ax = agg.subplots(figsize=(2.4, 3))
+    ax.plot([0, 1], label="a curve whose name is longer than a phone's column is wide")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    data, _ = plots.png(figure)  # fits the book's column, not a phone's
+    assert not plots.fits_phone(data)
+    with pytest.warns(UserWarning, match="constrained_layout not applied"), \
+            pytest.raises(ValueError, match=r"in a 330-px column, below the 9 px .* at most 3.4 in wide"):
+        plots.phone_png(figure, data)
+
+
+def test_explorer_frames_have_phone_layouts_alike_where_the_figure_needs_them(agg, monkeypatch):
+    def draw(angle=1.0):
+        figure, axes = agg.subplots(1, 2, figsize=(plots.WIDTH, 3))
+        axes[0].plot([0, np.cos(angle)], [0, np.sin(angle)])
+        axes[1].plot([0, 1], [0, angle * 1e4])  # tick labels of another width at every angle
+        return figure
+    images, _, phones = widgets.frames(draw, angle=[1.0, 2.0, 3.0])
+    sizes = {PIL.Image.open(io.BytesIO(base64.b64decode(phone))).size for phone in phones}
+    assert len(phones) == 3 and len(set(phones)) == 3 and len(sizes) == 1  # one place for the panels
+    assert all(_text_px(base64.b64decode(phone), plots.PHONE_COLUMN_PX) >= plots.MIN_TEXT_PX for phone in phones)
+    assert widgets.frames(_draw_angle([]), angle=[1.0, 2.0])[2] is None  # 4 inches wide: scaled on a phone
+    shown = []
+    monkeypatch.setattr(widgets, "display", lambda bundle, raw: shown.append(bundle))
+    widgets.explorer(draw, angle=[1.0, 2.0, 3.0])
+    html = shown[0]["text/html"]
+    spec = json.loads(re.search(r'<script type="application/json">(.*?)</script>', html).group(1))
+    assert spec["phone"] == phones
+    assert (f'<picture><source media="{plots.PHONE_MEDIA}" srcset="data:image/png;base64,{phones[0]}">'
+            f'<img src="data:image/png;base64,{images[0]}"') in html
+
+
+def test_phone_layout_gives_a_legend_wider_than_its_axes_fewer_columns_at_the_same_place(agg):
+    figure, ax = agg.subplots(figsize=(plots.WIDTH, 3.6))
+    for k in range(3):
+        ax.plot([1, 2], [0, k], marker="o", label=rf"$n={k}$, $T={k + 4}$, a long name")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    phone = plots.phone_layout(figure)
+    plots.png(phone, column_px=plots.PHONE_COLUMN_PX)
+    legend, renderer = phone.axes[0].get_legend(), phone.canvas.get_renderer()
+    box, axes = legend.get_window_extent(renderer), phone.axes[0].bbox
+    assert legend._ncols < 3 and box.width <= axes.width
+    pad = legend.borderaxespad * legend.prop.get_size_in_points() * phone.dpi / 72
+    assert box.y1 == pytest.approx(axes.y0 - 0.2 * axes.height - pad, abs=1)  # 0.2 axes heights under the axes
+    assert (box.x0 + box.x1) / 2 == pytest.approx((axes.x0 + axes.x1) / 2, abs=1)
+
+
+def test_phone_layout_labels_every_second_fixed_tick_where_all_would_overlap(agg):
+    figure, ax = agg.subplots(figsize=(plots.WIDTH, 3))
+    dims = list(range(2, 21))
+    ax.bar(dims, np.ones(len(dims)))
+    ax.set(xticks=dims)
+    phone = plots.phone_layout(figure)
+    labels = [text.get_text() for text in phone.axes[0].get_xticklabels()]
+    assert list(phone.axes[0].get_xticks()) == dims  # every tick stays
+    assert labels[::2] == [str(d) for d in dims[::2]] and set(labels[1::2]) == {""}
+    assert [text.get_text() for text in figure.axes[0].get_xticklabels()] == [str(d) for d in dims]  # not the figure

@@ -6,26 +6,40 @@ at 100 pixels per inch) with fonts of at least 9 pt, and saved by ``png()`` at `
 screens) with its display width stated, so that the book shows it at 100 pixels per inch. ``png()`` refuses a
 figure whose smallest text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column (a figure wider than
 the column is scaled down), and records the smallest text size in the PNG (``TEXT_KEY``), where the browser tests
-read it. ``use_style()`` installs ``png()`` as IPython's PNG formatter of matplotlib figures.
+read it. ``use_style()`` installs ``output()`` as IPython's PNG formatter of matplotlib figures.
+
+Phones. A figure that, scaled down to a phone's column (``PHONE_COLUMN_PX``), would show text below ``MIN_TEXT_PX``
+gets a second PNG, its phone layout (``phone_layout``: ``PHONE_WIDTH`` wide, panels stacked in one column), stored
+in the PNG output's metadata under ``PHONE_KEY``; the HTML book shows it in windows that match ``PHONE_MEDIA``
+(assets/sphinx/phone_figures.py). A figure that cannot be laid out so raises ValueError, never shows cropped.
 """
 
 from __future__ import annotations
 
+import base64
 import io
+import pickle
+import warnings
+import zlib
 from collections.abc import Sequence
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+import PIL.Image
 from IPython.display import Markdown
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import FixedLocator
+from matplotlib.transforms import IdentityTransform
 from numpy.typing import ArrayLike
 
-__all__ = ["band", "displayed_text_px", "line", "path", "png", "ray", "smallest_text", "svm_picture", "table",
-           "use_style", "PALETTE", "CYCLE", "WIDTH", "COLUMN_PX", "CSS_PX_PER_INCH", "MIN_TEXT_PX", "DPI", "TEXT_KEY",
-           "DPI_KEY"]
+__all__ = ["band", "displayed_text_px", "fits_phone", "line", "output", "path", "phone_layout", "phone_png", "png",
+           "ray", "smallest_text", "svm_picture", "table", "use_style", "PALETTE", "CYCLE", "WIDTH", "COLUMN_PX",
+           "CSS_PX_PER_INCH", "MIN_TEXT_PX", "DPI", "TEXT_KEY", "DPI_KEY", "PHONE_WIDTH", "PHONE_COLUMN_PX",
+           "PHONE_MEDIA", "PHONE_KEY"]
 
 # Okabe and Ito (2008), safe for the common forms of colour blindness.
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
@@ -38,6 +52,10 @@ MIN_TEXT_PX = 9  # the smallest text, in CSS pixels as displayed, that the book 
 DPI = 200  # pixels per inch of the saved PNG (2 image pixels per CSS pixel)
 TEXT_KEY = "attnsvm-min-text-pt"  # PNG text chunk: the smallest font size of the figure, in points
 DPI_KEY = "attnsvm-dpi"  # PNG text chunk: the DPI it was saved with
+PHONE_WIDTH = 3.4  # inches: the width of a figure's phone layout (about 3.5 in saved, with its tight margin)
+PHONE_COLUMN_PX = 330  # CSS pixels: a figure's room in the HTML book at a 400 px window (338 px measured, less a margin)
+PHONE_MEDIA = "(max-width: 720px)"  # the windows in which the HTML book shows phone layouts (as book.css)
+PHONE_KEY = "attnsvm-phone"  # metadata of a figure's PNG output: its phone layout, a base64 PNG
 
 
 def use_style() -> None:
@@ -69,7 +87,7 @@ def use_style() -> None:
             # The inline backend registers its own PNG formatter when it is first imported (usually at the first
             # figure): import it now, so that ours, registered after, is the one that stays.
             import matplotlib_inline.backend_inline  # noqa: F401
-        shell.display_formatter.formatters["image/png"].for_type(Figure, png)
+        shell.display_formatter.formatters["image/png"].for_type(Figure, output)
 
 
 def smallest_text(fig: Figure) -> float:
@@ -88,15 +106,26 @@ def smallest_text(fig: Figure) -> float:
     >>> plt.close(fig)
     """
     fig.canvas.draw()  # ticks and their labels exist only once drawn
-    sizes = [text.get_fontsize() for text in fig.findobj(Text)
-             if text.get_visible() and text.get_text().strip()]
+    return _smallest_drawn_text(fig)
+
+
+def _smallest_drawn_text(fig: Figure) -> float:
+    sizes = [text.get_fontsize() for text in fig.findobj(Text) if text.get_visible() and text.get_text().strip()]
     return min(sizes, default=float("inf"))
 
 
-def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
-    """``fig`` as PNG bytes (tight bounding box, saved at ``dpi``) and the display metadata {"width": CSS px} that
+def _with_text(data: bytes, key: str, value: str) -> bytes:
+    """The PNG ``data`` with a text chunk key=value after its header chunk (IHDR, 33 bytes with the signature)."""
+    body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
+    chunk = (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+    return data[:33] + chunk + data[33:]
+
+
+def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: bool = True) -> tuple[bytes, dict]:
+    """``fig`` as PNG bytes (saved at ``dpi``, cropped to what it draws unless tight=False: a figure whose layout
+    fills it saves faster uncropped) and the display metadata {"width": CSS px} that
     shows it at ``CSS_PX_PER_INCH``; raises ValueError if its smallest text would be displayed below
-    ``MIN_TEXT_PX`` CSS pixels in the book's column.
+    ``MIN_TEXT_PX`` CSS pixels in a column ``column_px`` wide (the book's, or a phone's for a phone layout).
 
     Examples
     --------
@@ -110,20 +139,253 @@ def png(fig: Figure, *, dpi: int = DPI) -> tuple[bytes, dict]:
     (b'PNG', ['width'])
     >>> plt.close(fig)
     """
-    points = smallest_text(fig)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight",
-                metadata={TEXT_KEY: f"{points:g}", DPI_KEY: str(dpi)})
-    data = buffer.getvalue()
-    width = int.from_bytes(data[16:20], "big")  # the PNG header's width, in image pixels
-    shown = displayed_text_px(points, width, dpi)
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None, metadata={DPI_KEY: str(dpi)})
+    points = _smallest_drawn_text(fig)  # the texts as saved (drawing the figure once more for them costs time)
+    data = _with_text(buffer.getvalue(), TEXT_KEY, f"{points:g}")
+    width = _png_width(data)
+    shown = displayed_text_px(points, width, dpi, column_px)
     if shown < MIN_TEXT_PX:
         inches = fig.get_size_inches()
+        limit = WIDTH if column_px == COLUMN_PX else PHONE_WIDTH
         raise ValueError(f"this figure's smallest text ({points:g} pt) would be displayed at {shown:.1f} CSS px in "
-                         f"the book's {COLUMN_PX}-px column, below the {MIN_TEXT_PX} px the book allows: draw it at "
-                         f"most {WIDTH} in wide (it is {inches[0]:g} in; stack panels in rows) with fonts of at "
-                         "least 9 pt")
+                         f"a {column_px:g}-px column, below the {MIN_TEXT_PX} px the book allows: draw it at most "
+                         f"{limit} in wide (it is {inches[0]:g} in, {width / dpi:.2f} in with what sticks out; stack "
+                         "panels in rows, keep legends inside the axes or under them) with fonts of at least 9 pt")
     return data, {"width": round(width * CSS_PX_PER_INCH / dpi)}
+
+
+def _png_width(data: bytes) -> int:
+    return int.from_bytes(data[16:20], "big")  # the PNG header's width, in image pixels
+
+
+def output(fig: Figure) -> tuple[bytes, dict]:
+    """IPython's PNG of ``fig``: ``png(fig)``, and, where ``fig`` needs one, its phone layout (``phone_png``) as a
+    base64 PNG in the metadata under ``PHONE_KEY``.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, axes = plt.subplots(1, 2, figsize=(plots.WIDTH, 3))
+    >>> data, metadata = plots.output(fig)
+    >>> sorted(metadata), metadata["width"]
+    (['attnsvm-phone', 'width'], 578)
+    >>> plt.close(fig)
+    """
+    data, metadata = png(fig)
+    phone = phone_png(fig, data)
+    if phone is not None:
+        metadata[PHONE_KEY] = base64.b64encode(phone).decode("ascii")
+    return data, metadata
+
+
+def phone_png(fig: Figure, data: bytes, *, dpi: int = DPI) -> bytes | None:
+    """The PNG of ``fig``'s phone layout (``phone_layout``, saved by ``png`` for a ``PHONE_COLUMN_PX`` column), or
+    None where ``data``, the PNG of ``fig`` saved by ``png`` at ``dpi``, fits a phone as it is (``fits_phone``).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, ax = plt.subplots(figsize=(3, 2))
+    >>> plots.phone_png(fig, plots.png(fig)[0]) is None
+    True
+    >>> plt.close(fig)
+    """
+    if fits_phone(data, dpi):
+        return None
+    return png(phone_layout(fig), dpi=dpi, column_px=PHONE_COLUMN_PX)[0]
+
+
+def fits_phone(data: bytes, dpi: int = DPI) -> bool:
+    """Whether ``data``, a PNG saved by ``png`` at ``dpi``, shows text of at least ``MIN_TEXT_PX`` CSS px when
+    scaled down to a phone's column (``PHONE_COLUMN_PX``); then the book scales it there.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, ax = plt.subplots(figsize=(3, 2))
+    >>> plots.fits_phone(plots.png(fig)[0])  # 9-pt text shown at 12.5 px
+    True
+    >>> plt.close(fig)
+    """
+    points = float(PIL.Image.open(io.BytesIO(data)).text[TEXT_KEY])
+    return displayed_text_px(points, _png_width(data), dpi, PHONE_COLUMN_PX) >= MIN_TEXT_PX
+
+
+def phone_layout(fig: Figure, like: Figure | None = None, *, in_place: bool = False) -> Figure:
+    """A copy of ``fig`` laid out for a phone: ``PHONE_WIDTH`` wide, its panels (the axes of its grids, a twin
+    with its axes) stacked in one column in reading order, each as tall as its row was; tick labels and axis
+    labels that a shared axis had left to a neighbour shown on every panel; figure legends under the panels and
+    axes legends in as many columns as fit their axes; of x ticks fixed by hand, as many labels as fit; the
+    constrained layout, or, to save its cost, the size and the axes' places of ``like``, a phone layout
+    drawn before of a figure with the same axes (an explorer's frames). ``fig`` is not changed, unless
+    in_place=True: then it is laid out itself and returned (for a figure that is not shown again).
+
+    Raises ValueError for a figure it cannot lay out: axes placed by hand (``fig.add_axes``) or texts placed on
+    the figure (``fig.text``), which the new layout would misplace.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> plots.use_style()
+    >>> fig, axes = plt.subplots(2, 2, figsize=(plots.WIDTH, 4))
+    >>> phone = plots.phone_layout(fig)
+    >>> phone.get_size_inches().tolist(), [ax.get_subplotspec().rowspan.start for ax in phone.axes]
+    ([3.4, 8.0], [0, 1, 2, 3])
+    >>> plt.close(fig)
+    """
+    try:
+        phone = fig if in_place else pickle.loads(pickle.dumps(fig))
+    except Exception as error:
+        raise ValueError(f"this figure cannot be copied for its phone layout ({error}): draw it with picklable "
+                         "artists (e.g. a named function, not a lambda, in a FuncFormatter)") from error
+    plt.close(phone)  # a copy of a pyplot figure is registered with pyplot: it must not be shown
+    FigureCanvasAgg(phone)  # drawn off screen, whatever the backend
+    loose = [ax for ax in phone.axes if ax.get_subplotspec() is None]
+    labels = {phone._suptitle, phone._supxlabel, phone._supylabel}
+    if loose or any(text not in labels for text in phone.texts):
+        raise ValueError("this figure has axes placed by hand (fig.add_axes) or texts placed on the figure "
+                         "(fig.text), which its phone layout would misplace: put every panel on a grid "
+                         "(plt.subplots, fig.add_subplot) and every text in an axes (ax.text) or a figure label "
+                         "(fig.supxlabel, fig.supylabel)")
+    panels = {}
+    for ax in phone.axes:  # a twin shares its axes' cell: one panel
+        spec = ax.get_subplotspec()
+        panels.setdefault((id(spec.get_gridspec()), spec.rowspan, spec.colspan), []).append(ax)
+    height = phone.get_figheight()
+    order = sorted(panels.values(), key=lambda axes: _reading_order(axes[0].get_subplotspec(), phone))
+    heights = [height * _height_fraction(axes[0].get_subplotspec()) for axes in order]
+    grid = phone.add_gridspec(len(order), 1, height_ratios=heights)
+    panel = {}
+    for k, axes in enumerate(order):
+        for ax in axes:
+            ax.set_subplotspec(grid[k])
+            panel[ax] = k
+    for ax in (axes[0] for axes in order):
+        _show_shared_labels(ax, panel)
+    if like is None:
+        phone.set_size_inches(PHONE_WIDTH, sum(heights))
+        phone.set_layout_engine("constrained")
+        _legends_below(phone)
+        _legends_within_their_axes(phone)
+        _thin_fixed_tick_labels(phone)
+        return phone
+    if len(like.axes) != len(phone.axes):
+        raise ValueError(f"like has {len(like.axes)} axes, this figure {len(phone.axes)}: pass the phone layout of a "
+                         "figure with the same axes, or like=None")
+    phone.set_size_inches(like.get_size_inches())
+    phone.set_layout_engine("none")
+    for ax, place in zip(phone.axes, like.axes):
+        ax.set_position(place.get_position())
+    _legends_below(phone, resize=False)
+    return phone
+
+
+def _reading_order(spec, fig: Figure) -> tuple[float, float]:
+    box = spec.get_position(fig)
+    return -round(box.y1, 6), round(box.x0, 6)
+
+
+def _height_fraction(spec) -> float:
+    """The fraction of the figure's height that the rows of ``spec`` take (nested grids included)."""
+    grid = spec.get_gridspec()
+    ratios = np.asarray(grid.get_height_ratios() or [1] * grid.nrows, dtype=float)
+    fraction = ratios[spec.rowspan].sum() / ratios.sum()
+    parent = getattr(grid, "_subplot_spec", None)  # a grid nested in a cell of another
+    return fraction * (_height_fraction(parent) if parent is not None else 1.0)
+
+
+def _show_shared_labels(ax: Axes, panel: dict) -> None:
+    for axis, shared, side in ((ax.xaxis, ax.get_shared_x_axes(), "labelbottom"),
+                               (ax.yaxis, ax.get_shared_y_axes(), "labelleft")):
+        others = [other for other in shared.get_siblings(ax) if panel.get(other, panel[ax]) != panel[ax]]
+        others = [getattr(other, axis.axis_name + "axis") for other in others]
+        if not others:
+            continue
+        if not axis.get_tick_params(which="major").get(side, True) and any(
+                other.get_tick_params(which="major").get(side, True) for other in others):
+            axis.set_tick_params(which="both", **{side: True})
+        named = [other for other in others if other.get_label_text()]
+        if not axis.get_label_text() and named:
+            axis.set_label_text(named[0].get_label_text(), fontproperties=named[0].label.get_fontproperties(),
+                                color=named[0].label.get_color())
+
+
+def _legend_options(legend) -> dict:
+    texts = legend.get_texts()
+    return dict(title=legend.get_title().get_text() or None, title_fontsize=legend.get_title().get_fontsize(),
+                fontsize=texts[0].get_fontsize() if texts else None)
+
+
+def _legends_within_their_axes(fig: Figure) -> None:
+    """Each axes legend in several columns that is wider than its axes, redrawn in as many columns as fit."""
+    several = [ax for ax in fig.axes if ax.get_legend() is not None and ax.get_legend()._ncols > 1]
+    if not several:
+        return
+    with warnings.catch_warnings():  # if the legends are too wide for the layout, the axes keep their grid's
+        warnings.filterwarnings("ignore", "constrained_layout not applied")  # places, as good a measure
+        fig.get_layout_engine().execute(fig)  # the axes' widths in this layout
+    renderer = fig.canvas.get_renderer()
+    for ax in several:
+        legend = ax.get_legend()
+        if legend.get_window_extent(renderer).width <= ax.bbox.width:
+            continue
+        handles, labels = legend.legend_handles, [text.get_text() for text in legend.get_texts()]
+        options = dict(_legend_options(legend), loc=legend._loc)
+        if legend._bbox_to_anchor is not None:  # a place given in display units: kept as they are
+            options.update(bbox_to_anchor=legend._bbox_to_anchor, bbox_transform=IdentityTransform())
+        for ncols in range(legend._ncols - 1, 0, -1):
+            narrower = ax.legend(handles, labels, ncols=ncols, **options)
+            if narrower.get_window_extent(renderer).width <= ax.bbox.width:
+                break
+
+
+def _thin_fixed_tick_labels(fig: Figure) -> None:
+    """On each x axis with ticks fixed by hand (``ax.set_xticks``) whose labels would overlap in the narrower
+    panel, every second (third, ...) label only; the ticks stay."""
+    fixed = [ax.xaxis for ax in fig.axes if isinstance(ax.xaxis.get_major_locator(), FixedLocator)
+             and ax.xaxis.get_visible() and len(ax.xaxis.get_major_locator().locs) > 2]
+    if not fixed:
+        return
+    fig.canvas.draw()  # the labels' places in this layout
+    renderer = fig.canvas.get_renderer()
+    for axis in fixed:
+        boxes = sorted((label.get_window_extent(renderer) for label in axis.get_majorticklabels()
+                        if label.get_visible() and label.get_text()), key=lambda box: box.x0)
+        step = 1
+        while any(right.x0 < left.x1 + 2 for left, right in zip(boxes[::step], boxes[step::step])):
+            step += 1
+        if step > 1:
+            locs = axis.get_major_locator().locs
+            labels = axis.get_major_formatter().format_ticks(locs)
+            axis.set_ticks(locs, labels=[label if k % step == 0 else "" for k, label in enumerate(labels)])
+
+
+def _legends_below(fig: Figure, resize: bool = True) -> None:
+    """Each figure legend redrawn under the panels, in as many columns as fit the figure's width."""
+    for legend in list(fig.legends):
+        handles, texts = legend.legend_handles, legend.get_texts()
+        options = dict(_legend_options(legend), loc="outside lower center")
+        legend.remove()
+        for ncols in range(len(texts), 0, -1):
+            below = fig.legend(handles, [text.get_text() for text in texts], ncols=ncols, **options)
+            if ncols == 1 or below.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width:
+                break
+            below.remove()
+        if resize:
+            extra = below.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
+            fig.set_size_inches(PHONE_WIDTH, fig.get_figheight() + extra)
 
 
 def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float = COLUMN_PX) -> float:

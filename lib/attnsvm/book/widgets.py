@@ -1,6 +1,8 @@
 """Explorers: a figure drawn in advance for every combination of a few parameter values, embedded in the page as
 frames with one slider per parameter. They move in the static HTML book (no Python kernel, no network) as in
-Jupyter; for values between the frames, call the chapter's ``draw(...)`` in a running notebook.
+Jupyter; for values between the frames, call the chapter's ``draw(...)`` in a running notebook. Where the frames
+need one on a phone (``plots.fits_phone``), each frame has a phone layout too, shown in windows that match
+``plots.PHONE_MEDIA``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ _SCRIPT = """<script>
   var root = document.getElementById("%(id)s");
   var spec = JSON.parse(root.querySelector("script[type='application/json']").textContent);
   var inputs = root.querySelectorAll("input"), outputs = root.querySelectorAll("output");
-  var image = root.querySelector("img");
+  var image = root.querySelector("img"), phone = root.querySelector("source");
   function update() {
     var index = 0, words = [];
     inputs.forEach(function (input, k) {
@@ -39,6 +41,7 @@ _SCRIPT = """<script>
       words.push(spec.names[k] + " = " + spec.labels[k][position]);
     });
     image.src = "data:image/png;base64," + spec.frames[index];
+    if (phone) phone.srcset = "data:image/png;base64," + spec.phone[index];
     image.alt = spec.alt + " " + words.join(", ") + ".";
   }
   inputs.forEach(function (input) { input.addEventListener("input", update); });
@@ -62,14 +65,19 @@ def _slider_order(values: list) -> list[int]:
     return list(range(len(values)))
 
 
+def _base64(pngs: list[bytes]) -> list[str]:
+    return [base64.b64encode(data).decode("ascii") for data in pngs]
+
+
 def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> tuple[list[str], list[list]]:
+def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
+           ) -> tuple[list[str], list[list], list[str] | None]:
     """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest)
-    and return the frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds) and the value
-    lists.
+    and return the frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds), the value lists
+    and the frames' phone layouts (``plots.phone_layout``, all alike; None where no frame needs one).
 
     Raises ValueError if two frames that differ in one control's value are identical: that control would
     change no pixel.
@@ -83,9 +91,9 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> 
     ...     fig, ax = plt.subplots(figsize=(3, 2))
     ...     ax.plot([0, 1], [0, slope])
     ...     return fig
-    >>> images, values = widgets.frames(draw, slope=[1.0, 2.0])
-    >>> len(images), values
-    (2, [[1.0, 2.0]])
+    >>> images, values, phone = widgets.frames(draw, slope=[1.0, 2.0])
+    >>> len(images), values, phone  # 3 inches wide: no phone layout needed
+    (2, [[1.0, 2.0]], None)
     """
     if not controls:
         raise ValueError("explorer needs at least one control, e.g. log2_R=[6.0, 5.0, 4.0]")
@@ -95,13 +103,13 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> 
         count *= len(grid)
     if count > MAX_FRAMES:
         raise ValueError(f"the controls make {count} frames, more than {MAX_FRAMES}: give fewer values")
-    images = []
+    images, figures = [], []
     for combination in itertools.product(*grids):
         figure = draw(**dict(zip(names, combination)))
         figure = figure if isinstance(figure, Figure) else plt.gcf()
-        data, _ = plots.png(figure, dpi=FRAME_DPI)
-        plt.close(figure)
-        images.append(data)
+        plt.close(figure)  # closed for pyplot, kept for its phone layout below
+        images.append(plots.png(figure, dpi=FRAME_DPI)[0])
+        figures.append(figure)
     strides = [1] * len(grids)
     for k in range(len(grids) - 2, -1, -1):
         strides[k] = strides[k + 1] * len(grids[k + 1])
@@ -112,7 +120,13 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> 
                 others = {n: _label(g[(index // s) % len(g)]) for n, g, s in zip(names, grids, strides) if n != name}
                 raise ValueError(f"control {name} changes no pixel between {_label(grid[position - 1])} and "
                                  f"{_label(grid[position])} (at {others}): drop one of those values")
-    return [base64.b64encode(data).decode("ascii") for data in images], grids
+    phones = None
+    if not all(plots.fits_phone(data, FRAME_DPI) for data in images):  # then every frame has a phone layout,
+        first = plots.phone_layout(figures[0], in_place=True)  # the others with its axes' places, so that they do
+        phones = [plots.png(plots.phone_layout(figure, like=first, in_place=True) if k else first, dpi=FRAME_DPI,
+                            column_px=plots.PHONE_COLUMN_PX, tight=False)[0]  # not jump; uncropped: alike
+                  for k, figure in enumerate(figures)]
+    return _base64(images), grids, None if phones is None else _base64(phones)
 
 
 def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> None:
@@ -134,7 +148,7 @@ def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -
     >>> widgets.explorer(draw, slope=[1.0, 2.0])  # outside IPython, the page's HTML is printed
     {'text/html': '<div class="attnsvm-explorer" id="explorer-...', 'text/plain': 'Explorer: 2 precomputed frames ...'}
     """
-    images, grids = frames(draw, **controls)
+    images, grids, phones = frames(draw, **controls)
     names = list(controls)
     orders = [_slider_order(grid) for grid in grids]
     strides = [1] * len(grids)
@@ -144,6 +158,10 @@ def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -
     spec = {"names": names, "strides": strides, "order": orders, "frames": images,
             "labels": [[_label(grid[k]) for k in order] for grid, order in zip(grids, orders)],
             "alt": "The figure above redrawn at"}
+    if phones is not None:
+        spec["phone"] = phones
+    phone = (f'<source media="{plots.PHONE_MEDIA}" srcset="data:image/png;base64,{phones[0]}">'
+             if phones is not None else "")
     rows = []
     for name, grid, order in zip(names, grids, orders):
         start = order.index(0)
@@ -154,7 +172,8 @@ def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -
     payload = json.dumps(spec).replace("</", "<\\/")  # nothing in it may close the script element
     markup = (f'<div class="attnsvm-explorer" id="explorer-{digest}">'
               f'<div class="attnsvm-explorer-controls">{"".join(rows)}</div>'
-              f'<img src="data:image/png;base64,{images[0]}" alt="{spec["alt"]} {html.escape(defaults)}.">'
+              f'<picture>{phone}<img src="data:image/png;base64,{images[0]}" '
+              f'alt="{spec["alt"]} {html.escape(defaults)}."></picture>'
               f'<script type="application/json">{payload}</script></div>'
               + _SCRIPT % {"id": f"explorer-{digest}"})
     text = (f"Explorer: {len(images)} precomputed frames of the figure above, one slider per parameter "
