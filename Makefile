@@ -45,8 +45,10 @@ $(VENDOR): Makefile
 	rm -f vendor/*.tgz
 	touch $@
 
-# book_src/*.md -> book/*.ipynb, keeping the stored outputs (no execution).
+# book_src/*.md -> book/*.ipynb, keeping the stored outputs (no execution), and the chapters' prerequisite graph
+# (read from book_src/) stored with the library for the introduction (tools/prerequisites.py).
 sync: $(INSTALLED)
+	$(BIN)/python tools/prerequisites.py
 	for src in $(SOURCES); do \
 	  $(BIN)/jupytext --quiet --to ipynb --update --output book/$$(basename $$src .md).ipynb $$src || exit 1; \
 	done

@@ -167,6 +167,14 @@ def test_the_books_graph_has_every_chapter_and_chapter_1_before_all_but_the_prel
     assert graph.has_edge("P", next(node for node in graph if node.startswith("3.")))
 
 
+def test_the_stored_graph_is_the_one_the_sources_give():
+    """The introduction draws schematics.book_prerequisites(); it must be what book_src/ says today."""
+    sources = {path.stem: path.read_text() for path in BOOK_SRC.glob("*.md")}
+    graph, stored = schematics.prerequisites(sources), schematics.book_prerequisites()
+    assert set(stored) == set(graph) and sorted(stored.edges(data="kind")) == sorted(graph.edges(data="kind")), (
+        "lib/attnsvm/book/prerequisites.json is stale: run `make sync` (tools/prerequisites.py)")
+
+
 def test_chapter_graph_draws_the_reduction_and_only_the_background_edges_no_path_implies():
     graph = nx.DiGraph()
     graph.add_edges_from([("1", "2"), ("2", "3"), ("1", "3")], kind="needs")

@@ -8,8 +8,10 @@ panels stacked in rows and fonts of at least 9 pt, so that it shows whole, with 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import networkx as nx
@@ -25,9 +27,13 @@ from ..data import Problem
 from . import plots
 
 __all__ = ["WIDTH", "BAR", "shared_query_problem", "ball_minimizers", "attention_model", "separation", "path_turn",
-           "prerequisites", "chapter_graph"]
+           "prerequisites", "book_prerequisites", "chapter_graph", "PREREQUISITES_FILE"]
 
 WIDTH = 3.6  # inches: 360 CSS px, shown unscaled in a 370-px phone column
+# The book's prerequisite graph, read from book_src/ by tools/prerequisites.py and stored with the library, so that
+# the introduction draws it wherever its notebook runs (Colab has no book_src/); tests/lib/test_schematics.py checks
+# it against the sources.
+PREREQUISITES_FILE = Path(__file__).with_name("prerequisites.json")
 BAR = 3.0  # axis units of attention_model's bar for attention 1
 
 
@@ -292,6 +298,23 @@ def prerequisites(sources: Mapping[str, str]) -> nx.DiGraph:
                 if label not in labels:
                     raise ValueError(f"{stem}: its prerequisites refer to {label!r}, which no page defines")
                 graph.add_edge(labels[label], names[stem], kind=kind)
+    return graph
+
+
+def book_prerequisites() -> nx.DiGraph:
+    """The book's own prerequisite graph (``prerequisites`` of book_src/*.md), as stored in PREREQUISITES_FILE.
+
+    Examples
+    --------
+    >>> from attnsvm.book import schematics
+    >>> graph = schematics.book_prerequisites()
+    >>> graph.has_edge("3", "3.11"), graph.edges["1", "2"]["kind"]
+    (True, 'needs')
+    """
+    stored = json.loads(PREREQUISITES_FILE.read_text())
+    graph = nx.DiGraph()
+    graph.add_nodes_from(stored["chapters"])
+    graph.add_edges_from((u, v, {"kind": kind}) for u, v, kind in stored["edges"])
     return graph
 
 
