@@ -308,8 +308,8 @@ def book_prerequisites() -> nx.DiGraph:
     --------
     >>> from attnsvm.book import schematics
     >>> graph = schematics.book_prerequisites()
-    >>> graph.has_edge("3", "3.11"), graph.edges["1", "2"]["kind"]
-    (True, 'needs')
+    >>> graph.edges["1", "2"]["kind"], sorted(graph.predecessors("2"))
+    ('needs', ['1'])
     """
     stored = json.loads(PREREQUISITES_FILE.read_text())
     graph = nx.DiGraph()
