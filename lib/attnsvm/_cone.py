@@ -26,15 +26,40 @@ __all__ = ["Cone", "ConeSides", "cone_constants", "cone_sides"]
 
 
 class Cone(NamedTuple):
-    """The constants of the cone lemma for one problem, one locally-optimal selection and one loss.
+    r"""The constants of the cone lemma for one problem, one locally-optimal selection and one loss.
 
-    ``W_mm`` W^mm_alpha; ``m`` = 1/||W^mm_alpha||; ``A_max`` the largest ||A_it||; ``delta`` = min mu_it(W^mm_alpha) - 1
-    over the tokens off the support (inf if none); ``gap`` g, the smallest gamma_{i alpha_i} - gamma_it over the
-    support tokens; ``spread`` Gamma, the largest max_t gamma_it - min_t gamma_it; ``slope_min``, ``slope_max`` the
-    smallest and largest |l'| on the score range I; ``c_min`` = slope_min g / (4n), ``c_max`` = slope_max Gamma / n;
-    ``n_support``, ``n_other`` the numbers of support and other pairs (i, t != alpha_i); ``T``; ``loss_drop`` D =
-    l(min I) - l(max I) >= L(W) - inf L for every W; ``zeta_max`` = (m min(1, delta) / (4 A_max))^2, the widest
-    start cone the theorem allows.
+    Parameters
+    ----------
+    W_mm : ndarray
+        :math:`W^{mm}_\alpha`.
+    m : float
+        :math:`1/\|W^{mm}_\alpha\|`.
+    A_max : float
+        The largest :math:`\|A_{it}\|`.
+    delta : float
+        :math:`\min \mu_{it}(W^{mm}_\alpha) - 1` over the tokens off the support (inf if none).
+    gap : float
+        g, the smallest :math:`\gamma_{i\alpha_i} - \gamma_{it}` over the support tokens.
+    spread : float
+        :math:`\Gamma`, the largest :math:`\max_t \gamma_{it} - \min_t \gamma_{it}`.
+    slope_min : float
+        The smallest :math:`|\ell'|` on the score range I.
+    slope_max : float
+        The largest :math:`|\ell'|` on I.
+    c_min : float
+        slope_min :math:`g/(4n)`.
+    c_max : float
+        slope_max :math:`\Gamma/n`.
+    n_support : int
+        The number of support pairs :math:`(i, t \ne \alpha_i)`.
+    n_other : int
+        The number of other pairs.
+    T : int
+        Tokens per sequence.
+    loss_drop : float
+        :math:`D = \ell(\min I) - \ell(\max I) \ge L(W) - \inf L` for every W.
+    zeta_max : float
+        :math:`(m \min(1, \delta)/(4 A_{max}))^2`, the widest start cone the theorem allows.
 
     Examples
     --------
@@ -62,8 +87,25 @@ class Cone(NamedTuple):
     zeta_max: float
 
     def radius(self, eps: float, zeta: float) -> float:
-        """R(eps, zeta): the cone lemma holds with factor 1 + 2 eps at every W with corr(W, W_hat) >= 1 - zeta and
-        ||W|| >= R, for 0 < eps <= 1 and 0 < zeta <= 2 zeta_max (so that A_max sqrt(2 zeta) <= m min(1, delta)/2).
+        r"""The radius :math:`R(\varepsilon, \zeta)`: the cone lemma holds with factor :math:`1 + 2\varepsilon` at
+        every W with :math:`\mathrm{corr}(W, \hat W) \ge 1 - \zeta` and :math:`\|W\| \ge R`.
+
+        Parameters
+        ----------
+        eps : float
+            :math:`0 < \varepsilon \le 1`.
+        zeta : float
+            :math:`0 < \zeta \le 2\zeta_{max}` (so that :math:`A_{max}\sqrt{2\zeta} \le m \min(1, \delta)/2`).
+
+        Returns
+        -------
+        float
+            R.
+
+        Raises
+        ------
+        ValueError
+            If eps or zeta is out of range.
 
         Examples
         --------
@@ -84,9 +126,28 @@ class Cone(NamedTuple):
         return max(terms)
 
     def start_radius(self, zeta: float, eta: float, *, normalized: bool) -> float:
-        """R_0: gradient descent with step eta (plain: eta <= 1/L_W; normalized: any eta > 0) from any W(0) with
-        corr(W(0), W_hat) >= 1 - zeta and ||W(0)|| >= R_0 stays at correlation >= 1 - 2 zeta and converges in
-        direction to W_hat; 0 < zeta <= zeta_max.
+        r"""The start radius :math:`R_0`: gradient descent with step :math:`\eta` from any W(0) with
+        :math:`\mathrm{corr}(W(0), \hat W) \ge 1 - \zeta` and :math:`\|W(0)\| \ge R_0` stays at correlation
+        :math:`\ge 1 - 2\zeta` and converges in direction to :math:`\hat W`.
+
+        Parameters
+        ----------
+        zeta : float
+            :math:`0 < \zeta \le \zeta_{max}`.
+        eta : float
+            The step size (plain: :math:`\eta \le 1/L_W`; normalized: any :math:`\eta > 0`).
+        normalized : bool
+            Normalized gradient descent, or plain.
+
+        Returns
+        -------
+        float
+            :math:`R_0`.
+
+        Raises
+        ------
+        ValueError
+            If zeta or eta is out of range.
 
         Examples
         --------
@@ -103,7 +164,13 @@ class Cone(NamedTuple):
         return max(self.radius(zeta / 2, 2 * zeta), second) / (1 - zeta)
 
     def slope(self) -> float:
-        """q = m / (2 A_max): in the cone, every normalized step raises <W, W_hat> by at least q eta.
+        r"""The slope :math:`q = m/(2 A_{max})`: in the cone, every normalized step raises
+        :math:`\langle W, \hat W\rangle` by at least :math:`q\eta`.
+
+        Returns
+        -------
+        float
+            q.
 
         Examples
         --------
@@ -141,8 +208,26 @@ def _checked(problem: object, alpha: ArrayLike) -> tuple[Problem, torch.Tensor]:
 
 
 def cone_constants(problem: Problem, alpha: ArrayLike, loss: str = "logistic") -> Cone:
-    """The constants of the cone lemma for `problem`, the locally-optimal selection `alpha` and `loss`: see ``Cone``.
-    A ValueError where alpha is not locally optimal or |l'| under- or overflows on the score range.
+    r"""The constants of the cone lemma for a problem, a locally-optimal selection and a loss: see ``Cone``.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    alpha : ArrayLike
+        A locally-optimal selection, shape (n,).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Cone
+        The constants.
+
+    Raises
+    ------
+    ValueError
+        If alpha is not locally optimal, or :math:`|\ell'|` under- or overflows on the score range.
 
     Examples
     --------
@@ -185,11 +270,26 @@ def cone_constants(problem: Problem, alpha: ArrayLike, loss: str = "logistic") -
 
 
 class ConeSides(NamedTuple):
-    """The quantities of the cone lemma at W (arrays over W's leading dimensions), each gradient term multiplied by
-    e^shift, with shift = min mu_it(W) the smallest margin (far out in the cone the gradient underflows float64,
-    its scaled terms do not): ``along`` = <-grad L(W), W_hat>, ``own`` = <-grad L(W), W / ||W||>, ``corr`` =
-    corr(W, W_hat), ``shift``, ``support`` = P = sum over the support pairs of c_it(W) e^{-mu_it(W)} m (parts 1 and
-    3 of the lemma bound ``along`` and ``gradient`` by it) and ``gradient`` = ||grad L(W)||.
+    r"""The quantities of the cone lemma at W (arrays over W's leading dimensions).
+
+    Each gradient term is multiplied by :math:`e^{\mathrm{shift}}`, with shift = :math:`\min \mu_{it}(W)` the
+    smallest margin (far out in the cone the gradient underflows float64, its scaled terms do not).
+
+    Parameters
+    ----------
+    along : ndarray
+        :math:`\langle -\nabla L(W), \hat W\rangle`.
+    own : ndarray
+        :math:`\langle -\nabla L(W), W/\|W\|\rangle`.
+    corr : ndarray
+        :math:`\mathrm{corr}(W, \hat W)`.
+    shift : ndarray
+        The smallest margin.
+    support : ndarray
+        :math:`P = \sum` over the support pairs of :math:`c_{it}(W) e^{-\mu_{it}(W)} m` (parts 1 and 3 of the lemma
+        bound ``along`` and ``gradient`` by it).
+    gradient : ndarray
+        :math:`\|\nabla L(W)\|`.
 
     Examples
     --------
@@ -211,9 +311,32 @@ class ConeSides(NamedTuple):
 
 
 def cone_sides(problem: Problem, W: ArrayLike, alpha: ArrayLike, loss: str = "logistic") -> ConeSides:
-    """The cone lemma's quantities at W (..., d, d), W != 0, as a ``ConeSides``: both sides of its inequalities,
-    scaled by e^s with s the smallest margin, and the correlation that places W in a cone. Computed from the exact
-    gradient -grad L = sum c_it(W) e^{-mu_it(W)} A_it, with gbar_i - gamma_it summed pairwise.
+    r"""The cone lemma's quantities at W: both sides of its inequalities, scaled by :math:`e^s` with s the smallest
+    margin, and the correlation that places W in a cone.
+
+    Computed from the exact gradient :math:`-\nabla L = \sum c_{it}(W) e^{-\mu_{it}(W)} A_{it}`, with
+    :math:`\bar\gamma_i - \gamma_{it}` summed pairwise.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    W : ArrayLike
+        Non-zero matrices, shape (..., d, d).
+    alpha : ArrayLike
+        A locally-optimal selection, shape (n,).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    ConeSides
+        The quantities.
+
+    Raises
+    ------
+    ValueError
+        If W has a zero matrix, or alpha is not locally optimal.
 
     Examples
     --------

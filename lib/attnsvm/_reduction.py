@@ -33,13 +33,32 @@ _LOG_SLOPE_LIPSCHITZ = {"logistic": lambda top: (math.exp(top) / (1 + math.exp(t
 
 
 class Reduction(NamedTuple):
-    """The constants of the reduction for one problem and one loss (the page's notation table).
+    r"""The constants of the reduction for one problem and one loss (the page's notation table).
 
-    ``optimal`` o_i (n,); ``gaps`` Delta_it = gamma_{i o_i} - gamma_it (n, T), 0 at o_i; ``weights`` c*_it (n, T),
-    0 at o_i; ``delta_min``, ``delta_max`` the smallest and largest gap; ``slope_min``, ``slope_max`` the smallest
-    and largest |l'| on the score range I; ``log_slope_lipschitz`` Lambda, a Lipschitz constant of log|l'| on I;
-    ``K`` = 1 + delta_max/delta_min + Lambda delta_max e^{Lambda delta_max / 4}; ``eps_bar`` = 1/(2K); ``E_0`` =
-    slope_min delta_min eps_bar / n, the selection level.
+    Parameters
+    ----------
+    optimal : ndarray
+        The optimal tokens :math:`o_i`, shape (n,).
+    gaps : ndarray
+        :math:`\Delta_{it} = \gamma_{io_i} - \gamma_{it}`, shape (n, T), 0 at :math:`o_i`.
+    weights : ndarray
+        :math:`c^\star_{it}`, shape (n, T), 0 at :math:`o_i`.
+    delta_min : float
+        The smallest gap.
+    delta_max : float
+        The largest gap.
+    slope_min : float
+        The smallest :math:`|\ell'|` on the score range I.
+    slope_max : float
+        The largest :math:`|\ell'|` on I.
+    log_slope_lipschitz : float
+        :math:`\Lambda`, a Lipschitz constant of :math:`\log|\ell'|` on I.
+    K : float
+        :math:`1 + \delta_{max}/\delta_{min} + \Lambda\delta_{max} e^{\Lambda\delta_{max}/4}`.
+    eps_bar : float
+        :math:`\bar\varepsilon = 1/(2K)`.
+    E_0 : float
+        slope_min :math:`\delta_{min}\bar\varepsilon/n`, the selection level.
 
     Examples
     --------
@@ -116,8 +135,27 @@ def _log_weights(problem: Problem, loss: str) -> _Weights:
 
 
 def limiting_weights(problem: Problem, loss: str = "logistic") -> np.ndarray:
-    """c*_it = |l'(gamma_{i o_i})| Delta_it / n (n, T), 0 at the optimal token: the weights that the gradient's
-    weights c_it(W) tend to as the attention concentrates on the optimal tokens.
+    r"""The limiting weights :math:`c^\star_{it} = |\ell'(\gamma_{io_i})|\,\Delta_{it}/n`, 0 at the optimal token.
+
+    They are the weights that the gradient's weights :math:`c_{it}(W)` tend to as the attention concentrates on the
+    optimal tokens.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    ndarray
+        :math:`c^\star`, shape (n, T).
+
+    Raises
+    ------
+    ValueError
+        If the problem is a batch or its optimal tokens are not unique.
 
     Examples
     --------
@@ -130,7 +168,24 @@ def limiting_weights(problem: Problem, loss: str = "logistic") -> np.ndarray:
 
 
 def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
-    """The constants of the selected region for `problem` and `loss`: see ``Reduction``.
+    """The constants of the selected region for a problem and a loss: see ``Reduction``.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Reduction
+        The constants.
+
+    Raises
+    ------
+    ValueError
+        If the problem is a batch or its optimal tokens are not unique.
 
     Examples
     --------
@@ -162,8 +217,27 @@ def reduction_constants(problem: Problem, loss: str = "logistic") -> Reduction:
 
 
 def leak(problem: Problem, W: ArrayLike) -> np.ndarray:
-    """eps_i(W) = 1 - s_{i o_i}(W) = sum_{t != o_i} s_it(W), the attention leaked off the optimal token of each
-    sequence, shape (..., n); accurate when tiny (summed from the other tokens, never as 1 - s).
+    r"""The attention leaked off the optimal token of each sequence, :math:`\varepsilon_i(W) = 1 - s_{io_i}(W) =
+    \sum_{t \ne o_i} s_{it}(W)`.
+
+    Accurate when tiny (summed from the other tokens, never as 1 - s).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+
+    Returns
+    -------
+    ndarray
+        :math:`\varepsilon_i(W)`, shape (..., n).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -182,8 +256,29 @@ def leak(problem: Problem, W: ArrayLike) -> np.ndarray:
 
 
 def surrogate(problem: Problem, W: ArrayLike, loss: str = "logistic", *, log: bool = False) -> np.ndarray:
-    """Phi(W) = sum_{i, t != o_i} c*_it e^{-mu_it(W)}, the weighted exponential loss on the matrices A_it, shape
-    (...) for W (..., d, d); with ``log=True`` its logarithm, accurate where Phi under- or overflows.
+    r"""The surrogate :math:`\Phi(W) = \sum_{i,\, t \ne o_i} c^\star_{it} e^{-\mu_{it}(W)}`, the weighted exponential
+    loss on the matrices :math:`A_{it}`.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    W : ArrayLike
+        Matrices, shape (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    log : bool, default=False
+        Return :math:`\log\Phi`, accurate where :math:`\Phi` under- or overflows.
+
+    Returns
+    -------
+    ndarray
+        :math:`\Phi(W)` (or its log), shape (...).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -205,10 +300,32 @@ def surrogate(problem: Problem, W: ArrayLike, loss: str = "logistic", *, log: bo
 
 
 def weight_ratios(problem: Problem, W: ArrayLike, loss: str = "logistic") -> np.ndarray:
-    """r_it(W) = c_it(W) / c*_it = [|l'(gbar_i)| / |l'(gamma_{i o_i})|] s_{i o_i} (gbar_i - gamma_it) / Delta_it,
-    shape (..., n, T), 1 at the optimal token, where gbar_i = sum_t s_it gamma_it; then
-    -grad L(W) = sum_{i, t != o_i} c*_it r_it e^{-mu_it} A_it. gbar_i - gamma_it is summed pairwise,
-    sum_tau s_itau (gamma_itau - gamma_it), so it does not cancel when s_{i o_i} is tiny.
+    r"""The ratios :math:`r_{it}(W) = c_{it}(W)/c^\star_{it} = \frac{|\ell'(\bar\gamma_i)|}{|\ell'(\gamma_{io_i})|}
+    s_{io_i} (\bar\gamma_i - \gamma_{it})/\Delta_{it}`, 1 at the optimal token, where
+    :math:`\bar\gamma_i = \sum_t s_{it}\gamma_{it}`.
+
+    Then :math:`-\nabla L(W) = \sum_{i,\, t \ne o_i} c^\star_{it} r_{it} e^{-\mu_{it}} A_{it}`.
+    :math:`\bar\gamma_i - \gamma_{it}` is summed pairwise, :math:`\sum_\tau s_{i\tau}(\gamma_{i\tau} -
+    \gamma_{it})`, so it does not cancel when :math:`s_{io_i}` is tiny.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    W : ArrayLike
+        Matrices, shape (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    ndarray
+        :math:`r_{it}(W)`, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -232,11 +349,20 @@ def weight_ratios(problem: Problem, W: ArrayLike, loss: str = "logistic") -> np.
 
 
 class ResidualOffset(NamedTuple):
-    """Hypothesis (H_att) of the central theorem's residual bound, checked for one problem and one step eta.
+    r"""Hypothesis :math:`(H_{att})` of the central theorem's residual bound, checked for one problem and one step
+    :math:`\eta`.
 
-    ``W_tilde`` (d, d): the least-norm solution of <W, A_it> = log(eta c*_it / lambda_it) over the support tokens;
-    ``support`` (n, T): the support tokens of W^mm; ``rank``: the rank of their matrices A_it (their number, as
-    (H_att) asks); ``min_multiplier``: the smallest KKT multiplier lambda_it on the support (positive).
+    Parameters
+    ----------
+    W_tilde : ndarray
+        The least-norm solution (d, d) of :math:`\langle W, A_{it}\rangle = \log(\eta c^\star_{it}/\lambda_{it})`
+        over the support tokens.
+    support : ndarray
+        The support tokens of :math:`W^{mm}`, shape (n, T).
+    rank : int
+        The rank of their matrices :math:`A_{it}` (their number, as :math:`(H_{att})` asks).
+    min_multiplier : float
+        The smallest KKT multiplier :math:`\lambda_{it}` on the support (positive).
 
     Examples
     --------
@@ -253,9 +379,30 @@ class ResidualOffset(NamedTuple):
 
 
 def residual_offset(problem: Problem, eta: float, loss: str = "logistic") -> ResidualOffset:
-    """(H_att) for `problem` and the step `eta`: the support matrices A_it of the optimal tokens' Att-SVM must be
-    linearly independent and their multipliers positive; then the offset W_tilde of (H_att). A ValueError that says
-    which part fails otherwise.
+    r"""Hypothesis :math:`(H_{att})` for a problem and the step :math:`\eta`, and the offset :math:`\tilde W` it
+    defines.
+
+    The support matrices :math:`A_{it}` of the optimal tokens' Att-SVM must be linearly independent and their
+    multipliers positive.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem.
+    eta : float
+        The step size, > 0.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    ResidualOffset
+        :math:`\tilde W` and what it was checked on.
+
+    Raises
+    ------
+    ValueError
+        If :math:`(H_{att})` fails (the message says which part).
 
     Examples
     --------

@@ -23,16 +23,28 @@ PACKAGES = ("attnsvm", "torch", "cvxpy", "numpy", "scipy", "matplotlib")
 
 
 def setup(seed: int = 0, threads: int = 1) -> None:
-    """float64 by default, ``threads`` threads for torch and for numpy's and scipy's BLAS, every global seed set
-    to ``seed``, the book's plot style (when matplotlib is installed).
+    """Set the book's numerics: float64 by default, ``threads`` threads for torch and for numpy's and scipy's BLAS,
+    every global seed set to ``seed``, and the book's plot style (when matplotlib is installed).
 
-    One thread by default: on 2 cores, 500 batched GD steps took 0.31 s with 1 thread and 0.20 s with 2 on
-    an idle machine, but 0.51 s with 2 as soon as another process used a core (and 15 times longer under
-    heavier load), and a batch of NNLS solves went from 1.3 s to 6.6 s with two BLAS threads under load; one
-    thread is never far from the best. Warns when a library does not run the pinned CPU code path
-    (``codepaths.report()``), since the printed numbers may then differ from the book's in their last digits;
-    ``environment()`` prints the versions a result was computed with. The experiments' parallel tasks set the
-    same numerics themselves (``attnsvm.experiments``), in whatever process runs them.
+    One thread by default: on 2 cores, 500 batched GD steps took 0.31 s with 1 thread and 0.20 s with 2 on an idle
+    machine, but 0.51 s with 2 as soon as another process used a core (and 15 times longer under heavier load), and
+    a batch of NNLS solves went from 1.3 s to 6.6 s with two BLAS threads under load; one thread is never far from
+    the best. Warns when a library does not run the pinned CPU code path (``codepaths.report()``), since the
+    printed numbers may then differ from the book's in their last digits; ``environment()`` prints the versions a
+    result was computed with. The experiments' parallel tasks set the same numerics themselves
+    (``attnsvm.experiments``), in whatever process runs them.
+
+    Parameters
+    ----------
+    seed : int, default=0
+        The global seed.
+    threads : int, default=1
+        Threads for torch and the BLAS.
+
+    Raises
+    ------
+    ValueError
+        If threads is not a positive integer.
 
     Examples
     --------
@@ -95,8 +107,8 @@ def _task_numerics(seed: int = 0) -> Iterator[None]:
 
 
 def environment() -> None:
-    """Print the versions of the packages (``PACKAGES``, those installed) and of Python that results are
-    computed with.
+    """Print the versions of the packages (``PACKAGES``, those installed) and of Python that results are computed
+    with.
 
     Examples
     --------

@@ -28,8 +28,9 @@ MAX_WORKERS = max(64, 4 * (os.cpu_count() or 1))  # a request for more worker pr
 
 
 class Sequences:
-    """The shape of n sequences X (..., n, T, d) of T tokens in R^d, with batch dimensions in front: the base of
-    ``Problem`` (and of ``causal.SequenceProblem``), which read their sizes from it.
+    r"""The shape of n sequences X (..., n, T, d) of T tokens in :math:`\mathbb{R}^d`, with batch dimensions in front.
+
+    The base of ``Problem`` (and of ``causal.SequenceProblem``), which read their sizes from it.
 
     Examples
     --------
@@ -45,7 +46,7 @@ class Sequences:
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        """The leading dimensions of X before (n, T, d): () for one problem, (B,) for a batch of B."""
+        """The leading dimensions of X before (n, T, d), () for one problem and (B,) for a batch of B."""
         return tuple(self.X.shape[:-3])
 
     @property
@@ -66,14 +67,31 @@ class Sequences:
 
 @dataclass(frozen=True, init=False)
 class Problem(Sequences):
-    """A (batch of) classification problem(s) for one softmax-attention layer with a linear head.
+    r"""A (batch of) classification problem(s) for one softmax-attention layer with a linear head.
 
-    n >= 1 sequences of T >= 1 tokens in R^d, d >= 1. T = 1 is allowed, since the model is defined there
-    (Chapter 6 writes a causal query with a single candidate this way); what needs a token to select against the
-    others (margins' SVMs, local optimality, the experiments) raises for T < 2.
+    :math:`n \ge 1` sequences of :math:`T \ge 1` tokens in :math:`\mathbb{R}^d`, :math:`d \ge 1`. T = 1 is allowed,
+    since the model is defined there (Chapter 6 writes a causal query with a single candidate this way); what needs
+    a token to select against the others (margins' SVMs, local optimality, the experiments) raises for T < 2. Each
+    array is stored as a float64 CPU tensor.
 
-    ``X`` (..., n, T, d) tokens, ``Y`` (..., n) labels in {-1, +1}, ``Z`` (..., n, d) query tokens (None for
-    paper B's prompt model), ``v`` (d,) or (..., d) the linear head; each is stored as a float64 CPU tensor.
+    Parameters
+    ----------
+    X : ArrayLike
+        The tokens, shape (..., n, T, d).
+    Y : ArrayLike
+        The labels in {-1, +1}, shape (..., n).
+    Z : ArrayLike or None
+        The query tokens, shape (..., n, d) (None for paper B's prompt model).
+    v : ArrayLike
+        The linear head, (d,) or (..., d).
+    device : str or None, default=None
+        None or "cpu".
+
+    Raises
+    ------
+    ValueError
+        If X does not have shape (..., n, T, d) with n, T, d >= 1, a label is not -1 or +1, or the shapes of
+        Y, Z, v do not fit X.
 
     Examples
     --------
@@ -131,7 +149,22 @@ class Problem(Sequences):
         return Problem(part(self.X, 3), part(self.Y, 1), None if self.Z is None else part(self.Z, 2), part(self.v, 1))
 
     def repeat(self, copies: int) -> "Problem":
-        """``copies`` copies of this (unbatched) problem as a batch (copies,), e.g. to train from several inits.
+        """Copies of this (unbatched) problem as a batch, e.g. to train from several inits.
+
+        Parameters
+        ----------
+        copies : int
+            The number of copies.
+
+        Returns
+        -------
+        Problem
+            The batch, of shape (copies,).
+
+        Raises
+        ------
+        ValueError
+            If the problem is already a batch, or copies is not a positive integer.
 
         Examples
         --------
@@ -147,7 +180,22 @@ class Problem(Sequences):
                          for part in (self.X, self.Y, self.Z, self.v)))
 
     def to(self, device: str | torch.device) -> "Problem":
-        """The same problem with its tensors on ``device``; attnsvm computes on the CPU, so only "cpu" is accepted.
+        """The same problem with its tensors on ``device``.
+
+        Parameters
+        ----------
+        device : str
+            The device; attnsvm computes on the CPU, so only "cpu" is accepted.
+
+        Returns
+        -------
+        Problem
+            The problem on ``device``.
+
+        Raises
+        ------
+        ValueError
+            If device is not the CPU.
 
         Examples
         --------
@@ -231,7 +279,22 @@ def _as_problem(value: object, name: str = "problem") -> Problem:
 
 
 def unit_rows(tensor: ArrayLike) -> torch.Tensor:
-    """Normalize the last dimension to unit Euclidean norm (rows must be non-zero); a float64 tensor.
+    """Normalize the last dimension to unit Euclidean norm.
+
+    Parameters
+    ----------
+    tensor : ArrayLike
+        Non-zero rows.
+
+    Returns
+    -------
+    Tensor
+        The rows divided by their norms (float64).
+
+    Raises
+    ------
+    ValueError
+        If the last dimension is empty or a row is zero.
 
     Examples
     --------
@@ -252,10 +315,34 @@ def unit_rows(tensor: ArrayLike) -> torch.Tensor:
 
 def random_problem(n: int, T: int, d: int, *, seed: int | Sequence[int] | np.ndarray | torch.Tensor,
                    batch: int | None = None, device: str | torch.device | None = None) -> Problem:
-    """The papers' random instance: unit-norm Gaussian tokens and queries, a unit head v, labels +-1 w.p. 1/2.
+    r"""The papers' random instance: unit-norm Gaussian tokens and queries, a unit head v, labels :math:`\pm 1` with
+    probability 1/2.
 
-    With ``batch=B`` it returns B independent problems (leading dimension B) drawn from one seeded generator.
-    With a list of seeds, problem b is ``random_problem(n, T, d, seed=seed[b])``: each one can be drawn alone.
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence.
+    d : int
+        The dimension.
+    seed : int or Sequence
+        One seed, or a list of seeds: then problem b is ``random_problem(n, T, d, seed=seed[b])``, so each one can
+        be drawn alone.
+    batch : int or None, default=None
+        B independent problems (leading dimension B) drawn from one seeded generator (None: one problem).
+    device : str or None, default=None
+        None or "cpu".
+
+    Returns
+    -------
+    Problem
+        The problems.
+
+    Raises
+    ------
+    ValueError
+        If a size or seed is out of range, or a list of seeds is passed with batch.
 
     Examples
     --------
@@ -296,11 +383,32 @@ def _draw(n: int, T: int, d: int, seed: int, shape: tuple) -> tuple[torch.Tensor
 
 
 def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) -> Problem:
-    """Paper A's two-dimensional picture (its ``visualization2`` recipe): d = 2, labels +1.
+    r"""Paper A's two-dimensional picture (its ``visualization2`` recipe): d = 2, labels +1.
 
-    Token 1 of sequence i sits at (1, +-0.5) (alternating sign), every other token at (-1, 0) plus
-    ``spread`` times Gaussian noise; queries z_i are random unit vectors. The head is v = (1, 0) (paper A
+    Token 1 of sequence i sits at (1, :math:`\pm` 0.5) (alternating sign), every other token at (-1, 0) plus
+    ``spread`` times Gaussian noise; queries :math:`z_i` are random unit vectors. The head is v = (1, 0) (paper A
     draws it at random), so that token 1 is the optimal token of every sequence.
+
+    Parameters
+    ----------
+    seed : int
+        The seed.
+    n : int, default=2
+        The number of sequences.
+    T : int, default=5
+        Tokens per sequence, :math:`T \ge 2`.
+    spread : float, default=0.5
+        The scale of the noise.
+
+    Returns
+    -------
+    Problem
+        The problem.
+
+    Raises
+    ------
+    ValueError
+        If T < 2, or an argument is out of range.
 
     Examples
     --------
@@ -322,7 +430,24 @@ def planar_problem(*, seed: int, n: int = 2, T: int = 5, spread: float = 0.5) ->
 
 
 def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
-    """One uniformly random token index per sequence, shape (..., n): a selection alpha that need not be optimal.
+    r"""One uniformly random token index per sequence: a selection :math:`\alpha` that need not be optimal.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    Tensor
+        The token indices, shape (..., n).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``Problem``.
 
     Examples
     --------
@@ -339,8 +464,25 @@ def random_selection(problem: Problem, *, seed: int) -> torch.Tensor:
 def opposite_clusters_problem(*, seed: int = 1, spread: float = 0.3) -> Problem:
     """Paper A's W-versus-(K, Q) picture (its ``visualization1`` recipe): n = 2, T = 3, d = 2, labels +1.
 
-    The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0) (``spread`` times
-    Gaussian noise); queries z_i and the head v are random unit vectors.
+    The tokens of sequence 1 scatter around (-1, 0) and those of sequence 2 around (+1, 0); queries :math:`z_i`
+    and the head v are random unit vectors.
+
+    Parameters
+    ----------
+    seed : int, default=1
+        The seed.
+    spread : float, default=0.3
+        The scale of the Gaussian noise around the centres.
+
+    Returns
+    -------
+    Problem
+        The problem.
+
+    Raises
+    ------
+    ValueError
+        If spread is not a finite number.
 
     Examples
     --------
@@ -373,9 +515,20 @@ def _prompt_problem(positions: ArrayLike, scores: ArrayLike) -> Problem:
 
 
 def single_input_problem(*, global_case: bool) -> Problem:
-    """Paper B's single-input example: keys (-0.1, 1), (1, 0), (0, 0) with scores 1, 0.9 and 0.9 (global case:
-    every direction leads to the optimal first token) or 0 (local case: the second token is locally optimal).
+    """Paper B's single-input example: keys (-0.1, 1), (1, 0), (0, 0) with scores 1, 0.9 and 0.9 or 0.
+
     A prompt-model problem (no queries Z; ``PROMPT_KEY`` is its key-query matrix).
+
+    Parameters
+    ----------
+    global_case : bool
+        Scores 1, 0.9, 0.9 (every direction leads to the optimal first token); False: 1, 0.9, 0 (the second token
+        is locally optimal).
+
+    Returns
+    -------
+    Problem
+        The problem.
 
     Examples
     --------
@@ -389,8 +542,27 @@ def single_input_problem(*, global_case: bool) -> Problem:
 
 
 def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
-    """Paper B's multi-input example: n = 3 sequences of T = 7 tokens. Token 1 (score 1) sits near (1, 0),
-    tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus ``spread`` times Gaussian noise.
+    """Paper B's multi-input example: n = 3 sequences of T = 7 tokens.
+
+    Token 1 (score 1) sits near (1, 0), tokens 2-4 near (-1, 1) and tokens 5-7 near (-0.5, -0.5) (score 0.5), plus
+    ``spread`` times Gaussian noise.
+
+    Parameters
+    ----------
+    seed : int, default=0
+        The seed of the noise.
+    spread : float, default=0.2
+        The noise's scale.
+
+    Returns
+    -------
+    Problem
+        The problem.
+
+    Raises
+    ------
+    ValueError
+        If spread is not a finite number.
 
     Examples
     --------
@@ -407,8 +579,25 @@ def multi_input_problem(*, seed: int = 0, spread: float = 0.2) -> Problem:
 
 
 def loss_example_problem(C: float) -> Problem:
-    """Paper B's example of the effect of the loss: sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C,
-    sequence 2 has keys (0, 0) and (1, -1) with scores 0 and 1; the second token is optimal in both (C > 0).
+    """Paper B's example of the effect of the loss.
+
+    Sequence 1 has keys (0, 0) and (1, 1) with scores 0 and C, sequence 2 has keys (0, 0) and (1, -1) with scores 0
+    and 1; the second token is optimal in both (C > 0).
+
+    Parameters
+    ----------
+    C : float
+        The score of sequence 1's second token, C > 0.
+
+    Returns
+    -------
+    Problem
+        The problem.
+
+    Raises
+    ------
+    ValueError
+        If C is not a finite number > 0.
 
     Examples
     --------
@@ -422,8 +611,29 @@ def loss_example_problem(C: float) -> Problem:
 
 
 def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Problem:
-    """Single sequences (n = 1) of T orthonormal tokens in R^T (the U factor of the SVD of a Gaussian matrix, as
-    in paper A's lambda-head code), label +1, and ``random_problem``'s unit query and head (Chapter 5, E5.2).
+    r"""Single sequences (n = 1) of T orthonormal tokens in :math:`\mathbb{R}^T`, label +1, and ``random_problem``'s
+    unit query and head (Chapter 5, E5.2).
+
+    The tokens are the U factor of the SVD of a Gaussian matrix, as in paper A's lambda-head code.
+
+    Parameters
+    ----------
+    T : int
+        The number of tokens (and the dimension).
+    seed : int
+        The seed.
+    batch : int or None, default=None
+        The number of problems (None: one problem).
+
+    Returns
+    -------
+    Problem
+        The problems.
+
+    Raises
+    ------
+    ValueError
+        If T < 2, or an argument is out of range.
 
     Examples
     --------
@@ -443,9 +653,20 @@ def orthonormal_problem(T: int, *, seed: int, batch: int | None = None) -> Probl
 
 
 def joint_training_problem(*, tight: bool) -> Problem:
-    """Paper B's joint-training example: inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels
-    (1, -1, 1), the head v trained (the problem's v is zero). third = (0.5, 1) (tight: every input is a support
-    vector of the head's SVM) or (0.5, 1.5) (not tight: the third input is not).
+    """Paper B's joint-training example, with the head v trained (the problem's v is zero).
+
+    Inputs with tokens (0, 0), (1, 1); (0, 0), (1, -1); (0, 0), third, labels (1, -1, 1).
+
+    Parameters
+    ----------
+    tight : bool
+        third = (0.5, 1) (every input is a support vector of the head's SVM); False: (0.5, 1.5) (the third input
+        is not).
+
+    Returns
+    -------
+    Problem
+        The problem.
 
     Examples
     --------
@@ -461,11 +682,36 @@ def joint_training_problem(*, tight: bool) -> Problem:
 
 def equal_scores_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None,
                          delta: float = 0.0) -> Problem:
-    """Random problems satisfying Assumption B.2: all non-optimal tokens of a sequence have equal scores.
+    r"""Random problems satisfying Assumption B.2: all non-optimal tokens of a sequence have equal scores.
 
-    ``random_problem``'s tokens with head v = e_1 (the score of a token is Y_i times its first coordinate); the
-    first coordinate of every non-optimal token is set to the sequence's lowest score, plus ``delta`` times a
-    uniform draw (delta > 0: scores within delta of each other, the relaxed theorem's setting).
+    ``random_problem``'s tokens with head :math:`v = e_1` (the score of a token is :math:`Y_i` times its first
+    coordinate); the first coordinate of every non-optimal token is set to the sequence's lowest score, plus
+    ``delta`` times a uniform draw (delta > 0: scores within delta of each other, the relaxed theorem's setting).
+
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence, :math:`T \ge 2`.
+    d : int
+        The dimension.
+    seed : int
+        The seed.
+    batch : int or None, default=None
+        The number of problems (None: one problem).
+    delta : float, default=0.0
+        The spread of the non-optimal scores, :math:`\ge 0`.
+
+    Returns
+    -------
+    Problem
+        The problems.
+
+    Raises
+    ------
+    ValueError
+        If T < 2, or an argument is out of range.
 
     Examples
     --------

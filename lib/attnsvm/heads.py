@@ -21,10 +21,11 @@ __all__ = ["Head", "Lambda", "Linear", "ReLU", "lambda_optimum", "lambda_thresho
 
 
 class Head:
-    """A prediction head h: R^d -> R, evaluated with its gradient at attention outputs a (..., n, d).
+    r"""A prediction head :math:`h: \mathbb{R}^d \to \mathbb{R}`, evaluated with its gradient at attention outputs a
+    (..., n, d).
 
-    The base of ``Linear``, ``ReLU`` and ``Lambda`` (build one of those; ``model.outputs``, ``model.loss`` and
-    the training functions take any of them as ``head``). Subclasses implement ``_value`` and ``_gradient`` (or
+    The base of ``Linear``, ``ReLU`` and ``Lambda`` (build one of those; ``model.outputs``, ``model.loss`` and the
+    training functions take any of them as ``head``). Subclasses implement ``_value`` and ``_gradient`` (or
     ``_value_and_gradient``) on a checked ``a``; the public methods check ``a`` (a tensor (..., n, d) of this
     head's d) and that the results are finite.
 
@@ -40,7 +41,25 @@ class Head:
     batch_shape: tuple  # the head's batch shape, broadcast against that of a without its (n, d)
 
     def value(self, a: ArrayLike) -> torch.Tensor:
-        """h(a_i) for each attention output a_i, shape (..., n).
+        """:math:`h(a_i)` for each attention output :math:`a_i`.
+
+        Parameters
+        ----------
+        a : ArrayLike
+            The attention outputs, shape (..., n, d).
+
+        Returns
+        -------
+        Tensor
+            The values, shape (..., n).
+
+        Raises
+        ------
+        ValueError
+            If a does not have shape (..., n, d) with the head's d and a batch shape that broadcasts with the head's,
+            or is not finite.
+        FloatingPointError
+            If the value overflows float64.
 
         Examples
         --------
@@ -54,7 +73,25 @@ class Head:
         return self._finite(a, self._value(a))[0]
 
     def gradient(self, a: ArrayLike) -> torch.Tensor:
-        """The gradient of h at each attention output a_i, shape (..., n, d).
+        """The gradient of h at each attention output :math:`a_i`.
+
+        Parameters
+        ----------
+        a : ArrayLike
+            The attention outputs, shape (..., n, d).
+
+        Returns
+        -------
+        Tensor
+            The gradients, shape (..., n, d).
+
+        Raises
+        ------
+        ValueError
+            If a does not have shape (..., n, d) with the head's d and a batch shape that broadcasts with the head's,
+            or is not finite.
+        FloatingPointError
+            If the gradient overflows float64.
 
         Examples
         --------
@@ -68,7 +105,25 @@ class Head:
         return self._finite(a, self._gradient(a), a)[0]  # a too: a gradient may not depend on it
 
     def value_and_gradient(self, a: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-        """``value(a)`` and ``gradient(a)`` together (one check of ``a``; they may share work).
+        """``value(a)`` and ``gradient(a)`` together (one check of a; they may share work).
+
+        Parameters
+        ----------
+        a : ArrayLike
+            The attention outputs, shape (..., n, d).
+
+        Returns
+        -------
+        tuple of Tensor
+            The values (..., n) and the gradients (..., n, d).
+
+        Raises
+        ------
+        ValueError
+            If a does not have shape (..., n, d) with the head's d and a batch shape that broadcasts with the head's,
+            or is not finite.
+        FloatingPointError
+            If a result overflows float64.
 
         Examples
         --------
@@ -129,7 +184,17 @@ def _parameter(value: ArrayLike, name: str, ndim: int, shape: str) -> torch.Tens
 
 @dataclass(frozen=True)
 class Linear(Head):
-    """h(a) = v^T a, the theory's head (``v``: (d,), or one per problem (..., d)).
+    r"""The head :math:`h(a) = v^\top a`, the theory's head.
+
+    Parameters
+    ----------
+    v : Tensor
+        (d,), or one per problem (..., d).
+
+    Raises
+    ------
+    ValueError
+        If v is empty or not finite.
 
     Examples
     --------
@@ -164,8 +229,20 @@ class Linear(Head):
 
 @dataclass(frozen=True)
 class ReLU(Head):
-    """h(a) = 1^T ReLU(V^T a): a one-hidden-layer ReLU network with fixed weights V (..., d, k) (paper A's
-    ``relu`` head, with V Gaussian scaled to ||V||_F = 1: ``random_relu``).
+    r"""The head :math:`h(a) = \mathbf{1}^\top \mathrm{ReLU}(V^\top a)`: a one-hidden-layer ReLU network with fixed
+    weights V.
+
+    Paper A's ``relu`` head has V Gaussian scaled to :math:`\|V\|_F = 1` (``random_relu``).
+
+    Parameters
+    ----------
+    V : Tensor
+        The weights, shape (..., d, k).
+
+    Raises
+    ------
+    ValueError
+        If V has fewer than two dimensions, is empty or is not finite.
 
     Examples
     --------
@@ -204,10 +281,21 @@ class ReLU(Head):
 
 @dataclass(frozen=True)
 class Lambda(Head):
-    """h(a) = v^T a - lam ||a||^2 (paper A's `lambda` head): the penalty rewards averaging several tokens.
+    r"""The head :math:`h(a) = v^\top a - \lambda \|a\|^2` (paper A's `lambda` head): the penalty rewards averaging
+    several tokens.
 
-    ``lam``: a number >= 0, or a tensor of them, one per problem, broadcast against the batch shape of ``a``
-    without its (n, d) (e.g. shape (L, 1) for L values of lam, each on the same batch of problems).
+    Parameters
+    ----------
+    v : Tensor
+        The linear part, (d,) or one per problem (..., d).
+    lam : float or Tensor
+        :math:`\lambda`, a number :math:`\ge 0`, or a tensor of them, one per problem, broadcast against the batch
+        shape of a without its (n, d) (e.g. shape (L, 1) for L values of lam, each on the same batch of problems).
+
+    Raises
+    ------
+    ValueError
+        If lam is negative or not finite, or does not broadcast with v's batch shape.
 
     Examples
     --------
@@ -243,7 +331,7 @@ class Lambda(Head):
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        """The head's batch shape: that of v broadcast with that of lam."""
+        """The head's batch shape, that of v broadcast with that of lam."""
         return _broadcast(self.v.shape[:-1], self.lam.shape if isinstance(self.lam, torch.Tensor) else ())
 
     def _lam(self, extra: int) -> float | torch.Tensor:
@@ -272,6 +360,25 @@ def _as_head(head: object, d: int | None = None, name: str = "head") -> Head | N
 
 def random_relu(d: int, *, seed: int, batch: int | None = None) -> ReLU:
     """Paper A's ReLU head: V Gaussian (d, d), scaled to unit Frobenius norm, one per problem of the batch.
+
+    Parameters
+    ----------
+    d : int
+        The dimension.
+    seed : int
+        The seed.
+    batch : int or None, default=None
+        The number of problems (None: one head).
+
+    Returns
+    -------
+    ReLU
+        The head.
+
+    Raises
+    ------
+    ValueError
+        If d or batch is not a positive integer, or the heads would take more than 2 GiB.
 
     Examples
     --------
@@ -310,9 +417,27 @@ def _water_filling(u: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Ten
 
 
 def lambda_threshold(values: ArrayLike, lam: float) -> torch.Tensor:
-    """The water level theta (...,) of the lambda-head's optimum on orthonormal tokens: the number with
-    sum_t max(u_t - theta, 0) = 2 lam (Chapter 5). ``values``: u (..., T); ``lam`` > 0. The kept tokens are those
-    with u_t > theta.
+    r"""The water level :math:`\theta` of the lambda-head's optimum on orthonormal tokens: the number with
+    :math:`\sum_t \max(u_t - \theta, 0) = 2\lambda` (Chapter 5).
+
+    The kept tokens are those with :math:`u_t > \theta`.
+
+    Parameters
+    ----------
+    values : ArrayLike
+        The token values u, shape (..., T).
+    lam : float
+        :math:`\lambda > 0`.
+
+    Returns
+    -------
+    Tensor
+        :math:`\theta`, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If values does not have shape (..., T) with T >= 1, or lam is not positive.
 
     Examples
     --------
@@ -327,12 +452,31 @@ def lambda_threshold(values: ArrayLike, lam: float) -> torch.Tensor:
 
 
 def lambda_optimum(values: ArrayLike, lam: float) -> torch.Tensor:
-    """The attention that maximizes the lambda-head on orthonormal tokens: argmax over the simplex of
-    sum_t s_t u_t - lam ||s||^2, i.e. s_t = max(u_t - theta, 0) / (2 lam) with theta = ``lambda_threshold``
-    ("water filling"; Chapter 5). ``values``: u (..., T). lam = 0 gives the top token (a linear head).
+    r"""The attention that maximizes the lambda-head on orthonormal tokens: :math:`\arg\max` over the simplex of
+    :math:`\sum_t s_t u_t - \lambda \|s\|^2`.
 
-    The kept tokens get s_t = (d_t - mean d) / (2 lam) + 1 / k with d_t = u_t - max u, exact differences: the
-    weights sum to 1 to round-off for every lam (u_t - theta would lose all digits once lam is tiny).
+    That is :math:`s_t = \max(u_t - \theta, 0)/(2\lambda)` with :math:`\theta` = ``lambda_threshold`` ("water
+    filling"; Chapter 5); :math:`\lambda = 0` gives the top token (a linear head). The kept tokens get
+    :math:`s_t = (d_t - \bar d)/(2\lambda) + 1/k` with :math:`d_t = u_t - \max u`, exact differences: the weights sum
+    to 1 to round-off for every :math:`\lambda` (:math:`u_t - \theta` would lose all digits once :math:`\lambda` is
+    tiny).
+
+    Parameters
+    ----------
+    values : ArrayLike
+        The token values u, shape (..., T).
+    lam : float
+        :math:`\lambda \ge 0`.
+
+    Returns
+    -------
+    Tensor
+        The attention s, shape (..., T).
+
+    Raises
+    ------
+    ValueError
+        If values does not have shape (..., T) with T >= 1, or lam is negative.
 
     Examples
     --------

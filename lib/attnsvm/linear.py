@@ -50,10 +50,20 @@ OFFSET_TOL = 1e-8  # offset: sum_i alpha_i y_i x_i over the support must give so
 
 @dataclass(frozen=True)
 class SVM:
-    """The hard-margin SVM of separable data: ``w`` (..., d) the solution w_hat, ``alpha`` (..., n) dual
-    multipliers (w_hat = sum_i alpha_i y_i x_i, alpha >= 0, zero off the support), ``support`` (..., n) the points
-    on the margin, m_i(w_hat) = 1 up to the accuracy of the margins (a support vector may have alpha_i = 0; see
-    ``svm``), ``margin`` (...) gamma = 1 / ||w_hat||.
+    r"""The hard-margin SVM of separable data.
+
+    Parameters
+    ----------
+    w : ndarray
+        The solution :math:`\hat w`, shape (..., d).
+    alpha : ndarray
+        Dual multipliers, shape (..., n): :math:`\hat w = \sum_i \alpha_i y_i x_i`, :math:`\alpha \ge 0`, zero off
+        the support.
+    support : ndarray
+        The points on the margin, :math:`m_i(\hat w) = 1` up to the accuracy of the margins, shape (..., n) (a
+        support vector may have :math:`\alpha_i = 0`; see ``svm``).
+    margin : ndarray
+        :math:`\gamma = 1/\|\hat w\|`, shape (...).
 
     Examples
     --------
@@ -71,8 +81,16 @@ class SVM:
 
 @dataclass(frozen=True)
 class Run:
-    """Iterates of ``gd`` recorded at ``steps`` (records,): ``w`` (records, ..., d) and ``log_loss``
-    (records, ...), the logarithm of L(w(t)), exact where L underflows.
+    r"""Iterates of ``gd`` recorded at ``steps``.
+
+    Parameters
+    ----------
+    steps : ndarray
+        The recorded steps, shape (records,).
+    w : ndarray
+        The iterates w(t), shape (records, ..., d).
+    log_loss : ndarray
+        :math:`\log L(w(t))`, exact where L underflows, shape (records, ...).
 
     Examples
     --------
@@ -167,10 +185,33 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ data, SVM, margins
 
 def separable(n: int, d: int, *, seed: int, gap: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """A random linearly separable dataset (X (n, d), y (n,)): Gaussian points labelled by a random unit teacher
-    u, y_i = sign(u^T x_i) (+1 on the hyperplane), each pushed ``gap`` further along y_i u, then all scaled by
-    one factor so that max_i ||x_i|| = 1. So every point has y_i u^T x_i >= gap / scale > 0: the data are separable
-    through the origin.
+    r"""A random linearly separable dataset.
+
+    Gaussian points labelled by a random unit teacher u, :math:`y_i = \mathrm{sign}(u^\top x_i)` (+1 on the
+    hyperplane), each pushed ``gap`` further along :math:`y_i u`, then all scaled by one factor so that
+    :math:`\max_i \|x_i\| = 1`. So every point has :math:`y_i u^\top x_i \ge \mathrm{gap}/\mathrm{scale} > 0`:
+    the data are separable through the origin.
+
+    Parameters
+    ----------
+    n : int
+        The number of points.
+    d : int
+        Their dimension.
+    seed : int
+        The seed.
+    gap : float, default=0.5
+        How far each point is pushed from the teacher's hyperplane (before the scaling).
+
+    Returns
+    -------
+    tuple of ndarray
+        X (n, d) and y (n,).
+
+    Raises
+    ------
+    ValueError
+        If n or d is not a positive integer, or gap is so large that the points' squared norms overflow float64.
 
     Examples
     --------
@@ -197,33 +238,63 @@ def separable(n: int, d: int, *, seed: int, gap: float = 0.5) -> tuple[np.ndarra
 
 
 def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
-    """The hard-margin SVM min ||w|| s.t. y_i x_i^T w >= 1 for every i, for each problem of a batch.
+    r"""The hard-margin SVM :math:`\min \|w\|` s.t. :math:`y_i x_i^\top w \ge 1` for every i, for each problem of a
+    batch.
 
-    ``solver``: "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished
-    to machine precision; its w and alpha are returned) or "clarabel" (an interior-point method through cvxpy,
-    independent of it, accurate to about 1e-5 here by its duality gap; the w_S and multipliers of the face below are
-    returned). Raises ``InfeasibleSVM`` (a ValueError) when the data are not linearly separable through the origin,
-    and a ValueError when X is so large that the multipliers alpha ~ 1 / max_i ||x_i||^2 fall below the normal
-    range of float64 (they would lose precision). ``support`` is decided for either solver by a certificate: from
-    S0 = the active points A (alpha_i above ``ACTIVE_TOL`` times the largest) and every point whose margin is 1
-    within its accuracy |m_i - 1| <= 4 d eps |z_i|^T |w| (rounding) + ||(Z_A^+)^T z_i|| ||Z_A w - 1|| (how far the
-    error of w that the margins of A show moves m_i; z_i = y_i x_i), a walk over faces S stops at the first S whose
-    minimum-norm w_S with m_i(w_S) = 1 on S satisfies the KKT conditions to rounding: margins 1 on S, every
-    margin >= 1, and multipliers a >= 0 on S with Z_S^T a = w_S up to their first-order rounding error, bounded
-    point by point. A failing S loses a point (if no w has margins 1 on S: the one whose removal leaves the smallest
-    residual, preferring one the smaller face keeps feasible; else the most negative multiplier) or gains the point
-    of smallest margin (the walk stops, no face found, rather than add back a dropped point); a passing S with
-    some a_i <= ACTIVE_TOL max_j a_j gives way to S minus {i} where that face passes too and keeps m_i >= 1 to the
-    rounding of m_i (its w_S has the smaller norm). What is certified: w_S is
-    optimal for data within rounding of X (O(k d eps ||Z||)), not that w_S is w_hat to a given accuracy where the
-    face is ill-conditioned; so "clarabel" returns (w_S, a) only where ||w_S - w|| is within its solution's accuracy
-    (||w - w_hat|| <= sqrt(2 gap) + the distance to feasibility, by weak duality) and raises a ValueError naming
-    the fix, solver="nnls", otherwise; "nnls" returns its own w and alpha. ``support`` is S0's rule applied to
-    (w_S, a): a point nearer the margin than that accuracy counts as a support vector (float64 cannot tell it from
-    one). Where the walk finds no passing face within 2n steps, every face of the points within the solution's
-    accuracy of the margin is tried, largest first (if there are at most ``NEAR_MAX``); where none passes, the exact
-    solver raises ``SolverError`` and "clarabel" a ValueError naming those points and the fix, solver="nnls"; on the
-    data of the tests neither happens.
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    solver : {'nnls', 'clarabel'}, default='nnls'
+        "nnls" (the library's least-distance solver, ``svm.soft_margin_svm``: exact, its margins polished to
+        machine precision; its w and alpha are returned) or "clarabel" (an interior-point method through cvxpy,
+        independent of it, accurate to about 1e-5 here by its duality gap; the :math:`w_S` and multipliers of the
+        face below are returned).
+
+    Returns
+    -------
+    SVM
+        The solution, its multipliers, its support and its margin.
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        (a ValueError) If the data are not linearly separable through the origin.
+    ValueError
+        If X is so large that the multipliers :math:`\alpha \sim 1/\max_i \|x_i\|^2` fall below the normal range
+        of float64 (they would lose precision); if "clarabel" cannot certify its solution (the message names the
+        fix, solver="nnls").
+    ~attnsvm.svm.SolverError
+        If the exact solver finds no face that passes the certificate (on the data of the tests this does not
+        happen).
+
+    Notes
+    -----
+    ``support`` is decided for either solver by a certificate: from :math:`S_0` = the active points A
+    (:math:`\alpha_i` above ``ACTIVE_TOL`` times the largest) and every point whose margin is 1 within its accuracy
+    :math:`|m_i - 1| \le 4 d \varepsilon |z_i|^\top |w| + \|(Z_A^+)^\top z_i\|\, \|Z_A w - 1\|` (rounding, and how
+    far the error of w that the margins of A show moves :math:`m_i`; :math:`z_i = y_i x_i`), a walk over faces S
+    stops at the first S whose minimum-norm :math:`w_S` with :math:`m_i(w_S) = 1` on S satisfies the KKT conditions
+    to rounding: margins 1 on S, every margin :math:`\ge 1`, and multipliers :math:`a \ge 0` on S with
+    :math:`Z_S^\top a = w_S` up to their first-order rounding error, bounded point by point. A failing S loses a
+    point (if no w has margins 1 on S: the one whose removal leaves the smallest residual, preferring one the smaller
+    face keeps feasible; else the most negative multiplier) or gains the point of smallest margin (the walk stops,
+    no face found, rather than add back a dropped point); a passing S with some
+    :math:`a_i \le \mathrm{ACTIVE\_TOL} \max_j a_j` gives way to :math:`S \setminus \{i\}` where that face passes
+    too and keeps :math:`m_i \ge 1` to the rounding of :math:`m_i` (its :math:`w_S` has the smaller norm).
+
+    What is certified: :math:`w_S` is optimal for data within rounding of X (:math:`O(k d \varepsilon \|Z\|)`), not
+    that :math:`w_S` is :math:`\hat w` to a given accuracy where the face is ill-conditioned; so "clarabel" returns
+    :math:`(w_S, a)` only where :math:`\|w_S - w\|` is within its solution's accuracy (:math:`\|w - \hat w\| \le
+    \sqrt{2\,\mathrm{gap}}` + the distance to feasibility, by weak duality) and raises a ValueError naming the fix,
+    solver="nnls", otherwise; "nnls" returns its own w and alpha. ``support`` is :math:`S_0`'s rule applied to
+    :math:`(w_S, a)`: a point nearer the margin than that accuracy counts as a support vector (float64 cannot tell
+    it from one). Where the walk finds no passing face within 2n steps, every face of the points within the
+    solution's accuracy of the margin is tried, largest first (if there are at most ``NEAR_MAX``); where none
+    passes, the exact solver raises ``SolverError`` and "clarabel" a ValueError naming those points and the fix,
+    solver="nnls".
 
     Examples
     --------
@@ -418,7 +489,26 @@ def _clarabel(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def margins(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
-    """The margins m_i(w) = y_i x_i^T w, shape (..., n) (w (..., d) broadcast against the data's batch).
+    r"""The margins :math:`m_i(w) = y_i x_i^\top w`.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Weight vectors, shape (..., d), broadcast against the data's batch.
+
+    Returns
+    -------
+    ndarray
+        The margins, shape (..., n).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (X (..., n, d), y (..., n), w (..., d)) or y holds a label other than -1, +1.
 
     Examples
     --------
@@ -438,7 +528,28 @@ def _margins(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def normalized_margin(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
-    """gamma(w) = min_i y_i x_i^T w / ||w||, shape (...); at most the SVM's margin 1 / ||w_hat|| for every w != 0.
+    r"""The normalized margin :math:`\gamma(w) = \min_i y_i x_i^\top w / \|w\|`.
+
+    It is at most the SVM's margin :math:`1/\|\hat w\|` for every :math:`w \ne 0`.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Non-zero weight vectors, shape (..., d).
+
+    Returns
+    -------
+    ndarray
+        :math:`\gamma(w)`, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If w has a zero vector, or the shapes or labels are invalid.
 
     Examples
     --------
@@ -455,7 +566,29 @@ def normalized_margin(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> np.ndarray:
 
 
 def log_loss(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
-    """log L(w), L(w) = (1/n) sum_i l(y_i x_i^T w), shape (...): exact in log space, also where L underflows.
+    r""":math:`\log L(w)`, with :math:`L(w) = \frac{1}{n}\sum_i \ell(y_i x_i^\top w)`, exact in log space, also where L
+    underflows.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Weight vectors, shape (..., d).
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+
+    Returns
+    -------
+    ndarray
+        :math:`\log L(w)`, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes or labels are invalid, or ``loss`` is not one of ``LOSSES``.
 
     Examples
     --------
@@ -472,8 +605,31 @@ def log_loss(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential"
 
 
 def gradient(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
-    """grad L(w) = (1/n) sum_i l'(m_i(w)) y_i x_i, shape (..., d), its scale taken out in log space (so it
-    underflows only where the true gradient is below the smallest float64).
+    r"""The gradient :math:`\nabla L(w) = \frac{1}{n}\sum_i \ell'(m_i(w))\, y_i x_i`.
+
+    Its scale is taken out in log space, so it underflows only where the true gradient is below the smallest
+    float64.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Weight vectors, shape (..., d).
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+
+    Returns
+    -------
+    ndarray
+        The gradient, shape (..., d).
+
+    Raises
+    ------
+    ValueError
+        If the shapes or labels are invalid, or ``loss`` is not one of ``LOSSES``.
 
     Examples
     --------
@@ -491,7 +647,28 @@ def gradient(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential"
 
 
 def hessian(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
-    """The Hessian (1/n) sum_i l''(m_i(w)) x_i x_i^T of L, shape (..., d, d).
+    r"""The Hessian :math:`\frac{1}{n}\sum_i \ell''(m_i(w))\, x_i x_i^\top` of L.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Weight vectors, shape (..., d).
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+
+    Returns
+    -------
+    ndarray
+        The Hessian, shape (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If the shapes or labels are invalid, or ``loss`` is not one of ``LOSSES``.
 
     Examples
     --------
@@ -509,8 +686,31 @@ def hessian(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential")
 
 
 def weights(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential") -> np.ndarray:
-    """The gradient's weights q_i = l'(m_i) / sum_j l'(m_j) (..., n), summing to one: -grad L(w) is a positive
-    multiple of sum_i q_i y_i x_i. Exact in log space however small the loss is.
+    r"""The gradient's weights :math:`q_i = \ell'(m_i)/\sum_j \ell'(m_j)`, summing to one.
+
+    :math:`-\nabla L(w)` is a positive multiple of :math:`\sum_i q_i y_i x_i`. Exact in log space however small the
+    loss is.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Weight vectors, shape (..., d).
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+
+    Returns
+    -------
+    ndarray
+        The weights, shape (..., n).
+
+    Raises
+    ------
+    ValueError
+        If the shapes or labels are invalid, or ``loss`` is not one of ``LOSSES``.
 
     Examples
     --------
@@ -524,10 +724,33 @@ def weights(X: ArrayLike, y: ArrayLike, w: ArrayLike, loss: str = "exponential")
 
 
 def smoothness(X: ArrayLike, y: ArrayLike, w0: ArrayLike | None = None, loss: str = "exponential") -> np.ndarray:
-    """beta_0 = R^2 L(w0), R = max_i ||x_i||, shape (...): a bound on the Hessian of L over the sublevel set
-    {w : L(w) <= L(w0)} for both losses (l'' <= l), and the step bound of the prelude's descent lemma: gradient
-    descent from w0 with lr <= 1 / beta_0 decreases L at every step. ``w0``: None for w0 = 0 (then L(w0) = 1 for
-    the exponential loss, log 2 for the logistic loss).
+    r"""The smoothness bound :math:`\beta_0 = R^2 L(w_0)`, :math:`R = \max_i \|x_i\|`.
+
+    A bound on the Hessian of L over the sublevel set :math:`\{w : L(w) \le L(w_0)\}` for both losses
+    (:math:`\ell'' \le \ell`), and the step bound of the prelude's descent lemma: gradient descent from
+    :math:`w_0` with :math:`\eta \le 1/\beta_0` decreases L at every step.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w0 : ArrayLike or None, default=None
+        The start, shape (..., d); None for :math:`w_0 = 0` (then :math:`L(w_0) = 1` for the exponential loss,
+        :math:`\log 2` for the logistic loss).
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+
+    Returns
+    -------
+    ndarray
+        :math:`\beta_0`, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes or labels are invalid, or ``loss`` is not one of ``LOSSES``.
 
     Examples
     --------
@@ -593,13 +816,47 @@ def _loop(Z, w0, lr, steps, normalized, logistic, sqrt_schedule, record, W, log_
 def gd(X: ArrayLike, y: ArrayLike, *, lr: float, steps: int, loss: str = "exponential", normalized: bool = False,
        schedule: str = "constant", init: ArrayLike | None = None, record_every: int = 1,
        record_at: ArrayLike | None = None) -> Run:
-    """Gradient descent w(t+1) = w(t) - lr_t grad L(w(t)) on each problem of the batch, or normalized gradient
-    descent w(t+1) = w(t) - lr_t grad L / ||grad L|| (``normalized=True``, the step of ``train.gd``).
+    r"""Gradient descent :math:`w(t+1) = w(t) - \eta_t \nabla L(w(t))` on each problem of the batch, or normalized
+    gradient descent :math:`w(t+1) = w(t) - \eta_t \nabla L/\|\nabla L\|` (the step of ``train.gd``).
 
-    ``schedule``: "constant" (lr_t = lr) or "sqrt" (lr_t = lr / sqrt(t + 1)). ``init``: None (w(0) = 0) or w(0)
-    (..., d). Records w(t) and log L(w(t)) at t = 0, record_every, 2 record_every, ... and ``steps``, or at the
-    sorted steps ``record_at`` (integers in [0, steps]) if given. The weights of the step are formed in log space,
-    so the direction of a normalized step is exact however small the loss gets. A compiled loop (Numba).
+    The weights of the step are formed in log space, so the direction of a normalized step is exact however small
+    the loss gets. A compiled loop (Numba).
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    lr : float
+        The step size :math:`\eta`.
+    steps : int
+        The number of steps.
+    loss : {'exponential', 'logistic'}, default='exponential'
+        The loss :math:`\ell`.
+    normalized : bool, default=False
+        Normalized steps.
+    schedule : {'constant', 'sqrt'}, default='constant'
+        :math:`\eta_t = \eta`, or :math:`\eta_t = \eta/\sqrt{t+1}`.
+    init : ArrayLike or None, default=None
+        None (w(0) = 0) or w(0), shape (..., d).
+    record_every : int, default=1
+        Record at t = 0, ``record_every``, 2 ``record_every``, ... and ``steps``.
+    record_at : ArrayLike or None, default=None
+        If given, record at these sorted steps instead (integers in [0, steps]).
+
+    Returns
+    -------
+    Run
+        w(t) and :math:`\log L(w(t))` at the recorded steps.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it), e.g. ``record_at`` not increasing integers in
+        [0, steps] or ``init`` of the wrong shape.
+    FloatingPointError
+        If the iterates overflow (lr too large for these X, init).
 
     Examples
     --------
@@ -773,32 +1030,62 @@ def _decided_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray, w: np.ndar
 
 
 def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None = None) -> np.ndarray:
-    """The finite part w_tilde (..., d) of the prelude's hypothesis (H): the minimum-norm w with
-    y_i x_i^T w = log(c / alpha_i) for every support vector i, for the dual multipliers alpha for which such a w
-    exists (they are unique and do not depend on c). Gradient descent with step lr on the mean loss has
-    w(t) = w_hat log t + w_tilde + r(t) with c = lr / n; normalized gradient descent uses c = 1 (the prelude).
-    ``solution``: the SVM of X, y if already solved. (H) is about the support vectors, which float64 cannot always
-    tell ((H) jumps with them: x = (1, 0.5), (1, -0.5), (1 + 2^-52, 0) has log 2 where (1, 0) has log 3), so they
-    are decided in exact rational arithmetic on the data, by a face near the support S of ``solution`` (see
-    ``svm``) that certifies the SVM exactly (independent rows, multipliers >= 0, every margin >= 1); where none
-    does, a ValueError names the points within ``NEAR_TOL`` of the margin. Where S and those points number more
-    than ``EXACT_MAX``, S is used if float64 decides it clearly, and refused otherwise.
+    r"""The finite part :math:`\tilde w` of the prelude's hypothesis (H): the minimum-norm w with
+    :math:`y_i x_i^\top w = \log(c/\alpha_i)` for every support vector i.
 
-    The gradient of the convex F(v) = sum_{i in S} c e^(-m_i(v)) + <w_hat, v> vanishes iff the alpha_i =
-    c e^(-m_i(v)) are dual multipliers, so w_tilde is the minimum-norm minimizer of F, found by Newton's method
-    whatever multipliers ``svm`` returned. Raises ValueError when F has no minimizer ((H) fails) or only one where
-    some alpha_i / sum_j alpha_j is at most 10 k eps cond(Z_S)^2, the accuracy of the multipliers (Z_S: the k
-    signed support vectors; float64 cannot tell such an alpha_i from 0). Support vectors within rounding of
-    linear dependence (singular values of Z_S below k eps times the largest) count as dependent. The multipliers
-    found must give back sum_{i in S} alpha_i y_i x_i = solution.w to the relative accuracy ``OFFSET_TOL``; else
-    ``solution`` misses a support vector (or has one too many) and a ValueError says so (a SolverError where
-    ``solution`` is None).
+    The dual multipliers :math:`\alpha` are those for which such a w exists (they are unique and do not depend on
+    c). Gradient descent with step :math:`\eta` on the mean loss has :math:`w(t) = \hat w \log t + \tilde w + r(t)`
+    with :math:`c = \eta/n`; normalized gradient descent uses c = 1 (the prelude).
 
-    Accuracy: the refusal guards the verdict on (H), not w_tilde. w_tilde = Z_S^+ (log c - log alpha) inherits the
-    errors of log alpha_i, about a / s_i for a = 10 k eps cond(Z_S)^2 and s_i = alpha_i / sum_j alpha_j, so it is
-    off by up to about ||Z_S^+|| max_i a / s_i (first order). Accepted data can have a large estimate (x = (1, -h),
-    (1, h), y = (1, 1), w_tilde = (log 2, 0): about 6e-12 at h = 0.1, 6 at h = 1e-5; refused for h <= 5e-8); how
-    much of it the actual error reaches depends on the BLAS kernels numpy runs (see ``attnsvm.codepaths``).
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    c : float, default=1.0
+        The constant c.
+    solution : SVM or None, default=None
+        The SVM of X, y if already solved.
+
+    Returns
+    -------
+    ndarray
+        :math:`\tilde w`, shape (..., d).
+
+    Raises
+    ------
+    ValueError
+        If F below has no minimizer ((H) fails) or only one where some :math:`\alpha_i/\sum_j \alpha_j` is at most
+        :math:`10 k \varepsilon\, \mathrm{cond}(Z_S)^2`, the accuracy of the multipliers (:math:`Z_S`: the k signed
+        support vectors; float64 cannot tell such an :math:`\alpha_i` from 0); if no face near the support
+        certifies the SVM exactly (the message names the points within ``NEAR_TOL`` of the margin); if
+        ``solution`` misses a support vector or has one too many.
+    ~attnsvm.svm.SolverError
+        If ``solution`` is None and the computed SVM misses a support vector, or Newton's method does not converge.
+
+    Notes
+    -----
+    (H) is about the support vectors, which float64 cannot always tell ((H) jumps with them: x = (1, 0.5),
+    (1, -0.5), :math:`(1 + 2^{-52}, 0)` has log 2 where (1, 0) has log 3), so they are decided in exact rational
+    arithmetic on the data, by a face near the support S of ``solution`` (see ``svm``) that certifies the SVM
+    exactly (independent rows, multipliers :math:`\ge 0`, every margin :math:`\ge 1`). Where S and those points
+    number more than ``EXACT_MAX``, S is used if float64 decides it clearly, and refused otherwise.
+
+    The gradient of the convex :math:`F(v) = \sum_{i \in S} c\, e^{-m_i(v)} + \langle \hat w, v\rangle` vanishes iff
+    the :math:`\alpha_i = c\, e^{-m_i(v)}` are dual multipliers, so :math:`\tilde w` is the minimum-norm minimizer of
+    F, found by Newton's method whatever multipliers ``svm`` returned. Support vectors within rounding of linear
+    dependence (singular values of :math:`Z_S` below :math:`k\varepsilon` times the largest) count as dependent. The
+    multipliers found must give back :math:`\sum_{i \in S} \alpha_i y_i x_i` = ``solution.w`` to the relative
+    accuracy ``OFFSET_TOL``.
+
+    Accuracy: the refusal guards the verdict on (H), not :math:`\tilde w`. :math:`\tilde w = Z_S^+(\log c - \log
+    \alpha)` inherits the errors of :math:`\log \alpha_i`, about :math:`a/s_i` for :math:`a = 10 k \varepsilon\,
+    \mathrm{cond}(Z_S)^2` and :math:`s_i = \alpha_i/\sum_j \alpha_j`, so it is off by up to about
+    :math:`\|Z_S^+\| \max_i a/s_i` (first order). Accepted data can have a large estimate (x = (1, -h), (1, h),
+    y = (1, 1), :math:`\tilde w = (\log 2, 0)`: about 6e-12 at h = 0.1, 6 at h = 1e-5; refused for
+    :math:`h \le 5\times 10^{-8}`); how much of it the actual error reaches depends on the BLAS kernels numpy runs
+    (see ``attnsvm.codepaths``).
 
     Examples
     --------
@@ -858,10 +1145,32 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
 
 
 def residual(X: ArrayLike, y: ArrayLike, w: ArrayLike, t: ArrayLike, *, solution: SVM | None = None) -> np.ndarray:
-    """rho(t) = w(t) - w_hat log t, shape of w: ``w`` (records, ..., d) iterates at the steps ``t`` (records,),
-    each t >= 1 (or one w (..., d) at a scalar t). ``solution``: the SVM of X, y if already solved, checked as
-    in ``offset`` (KKT conditions to the relative accuracy GAP_TOL["hard"] = 1e-6, so a solution.w off by less,
-    e.g. 1e-7 relative, is accepted and its error passes into rho).
+    r"""The residual :math:`\rho(t) = w(t) - \hat w \log t`.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The points, shape (..., n, d).
+    y : ArrayLike
+        Their labels, -1 or +1, shape (..., n).
+    w : ArrayLike
+        Iterates (records, ..., d) at the steps t, or one w (..., d) at a scalar t.
+    t : ArrayLike
+        The steps (records,), each :math:`t \ge 1`, or one step.
+    solution : SVM or None, default=None
+        The SVM of X, y if already solved, checked as in ``offset`` (KKT conditions to the relative accuracy
+        GAP_TOL["hard"] = 1e-6, so a solution.w off by less, e.g. 1e-7 relative, is accepted and its error passes
+        into :math:`\rho`).
+
+    Returns
+    -------
+    ndarray
+        :math:`\rho(t)`, the shape of w.
+
+    Raises
+    ------
+    ValueError
+        If t is not one step :math:`t \ge 1` or one per record of w, or ``solution`` is not the SVM of X, y.
 
     Examples
     --------

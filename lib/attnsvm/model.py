@@ -24,10 +24,22 @@ __all__ = ["Loss", "as_key_query", "attention", "logits", "loss", "min_margin", 
 
 
 class Loss(NamedTuple):
-    """A loss l of the margin x = Y f(X), decreasing in x: its value, derivative, log-slope and excess.
+    r"""A loss :math:`\ell` of the margin :math:`x = Y f(X)`, decreasing in x: its value, derivative, log-slope and
+    excess.
 
-    The losses the library knows are in ``LOSSES`` ("logistic", "exponential", "linear"); functions that take
-    a ``loss`` argument take one of these names.
+    The losses the library knows are in ``LOSSES`` ("logistic", "exponential", "linear"); functions that take a
+    ``loss`` argument take one of these names.
+
+    Parameters
+    ----------
+    value : Callable
+        :math:`x \mapsto \ell(x)`.
+    derivative : Callable
+        :math:`x \mapsto \ell'(x) < 0`.
+    log_slope : Callable
+        :math:`x \mapsto \log(-\ell'(x))`, accurate where :math:`\ell'(x)` underflows.
+    excess : Callable
+        :math:`(x, \delta) \mapsto \ell(x - \delta) - \ell(x)`, accurate when :math:`\delta` is tiny.
 
     Examples
     --------
@@ -158,10 +170,26 @@ def _overflow(what: str, blame: str, fix: str = "scale it down") -> Iterator[Non
 
 
 def as_key_query(problem: Sequences, W: ArrayLike) -> torch.Tensor:
-    """The key-query matrix ``W`` as a float64 CPU tensor, checked to be (..., d, d) with the problem's d and a
-    batch shape that broadcasts against the problem's (else a TypeError/ValueError naming ``W``).
+    """The key-query matrix W as a float64 CPU tensor, checked against the problem.
 
-    ``problem``: a ``data.Problem``, or the sequences of another model (``causal.SequenceProblem``).
+    Parameters
+    ----------
+    problem : Sequences
+        A ``data.Problem``, or the sequences of another model (``causal.SequenceProblem``).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d), with a batch shape that broadcasts against the problem's.
+
+    Returns
+    -------
+    Tensor
+        W, shape (..., d, d).
+
+    Raises
+    ------
+    TypeError
+        If W is not a real array.
+    ValueError
+        If W does not have shape (..., d, d) with the problem's d, or its batch shape does not broadcast.
 
     Examples
     --------
@@ -190,9 +218,24 @@ def _weights(problem: Problem, W: ArrayLike, name: str) -> torch.Tensor:
 
 
 def logits(problem: Problem, W: ArrayLike) -> torch.Tensor:
-    """Attention logits x_it^T W z_i, shape (..., n, T).
+    r"""Attention logits :math:`x_{it}^\top W z_i`.
 
-    ``W``: one key-query matrix (d, d) for every problem of a batch, or one per problem (..., d, d).
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        One key-query matrix (d, d) for every problem of a batch, or one per problem (..., d, d).
+
+    Returns
+    -------
+    Tensor
+        The logits, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem (shape (..., d, d), batch shape), or the problem has no queries Z.
 
     Examples
     --------
@@ -213,7 +256,22 @@ def _logits(problem: Problem, W: torch.Tensor) -> torch.Tensor:
 
 
 def queries(problem: Problem) -> torch.Tensor:
-    """The problem's query tokens Z (..., n, d), or a clear error for a prompt-model problem (which has none).
+    """The problem's query tokens Z.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        Z, shape (..., n, d).
+
+    Raises
+    ------
+    ValueError
+        If the problem is a prompt-model problem (it has no queries).
 
     Examples
     --------
@@ -225,7 +283,24 @@ def queries(problem: Problem) -> torch.Tensor:
 
 
 def attention(problem: Problem, W: ArrayLike) -> torch.Tensor:
-    """Softmax attention probabilities s_it = softmax_t(x_it^T W z_i), shape (..., n, T).
+    r"""Softmax attention probabilities :math:`s_{it} = \mathrm{softmax}_t(x_{it}^\top W z_i)`.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or one per problem (..., d, d).
+
+    Returns
+    -------
+    Tensor
+        The probabilities, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem (shape (..., d, d), batch shape), or the problem has no queries Z.
 
     Examples
     --------
@@ -245,9 +320,24 @@ def _attention(problem: Problem, W: torch.Tensor) -> torch.Tensor:
 
 
 def token_values(problem: Problem, v: ArrayLike | None = None) -> torch.Tensor:
-    """The linear head applied to each token, u_it = v^T x_it, shape (..., n, T).
+    r"""The linear head applied to each token, :math:`u_{it} = v^\top x_{it}`.
 
-    ``v``: the problem's head by default, else one head (d,) or one per problem (..., d).
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    v : ArrayLike or None, default=None
+        The problem's head by default, else one head (d,) or one per problem (..., d).
+
+    Returns
+    -------
+    Tensor
+        The values, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If v does not have shape (d,) or (..., d).
 
     Examples
     --------
@@ -272,8 +362,28 @@ def _token_values(problem: Problem, v: torch.Tensor) -> torch.Tensor:
 
 
 def outputs(problem: Problem, W: ArrayLike, head: heads.Head | None = None) -> torch.Tensor:
-    """Model outputs f(X_i) = h(X_i^T s_i), shape (..., n): the linear head v of the problem (h(a) = v^T a)
-    unless a head from ``attnsvm.heads`` is given.
+    r"""Model outputs :math:`f(X_i) = h(X_i^\top s_i)`.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    head : Head or None, default=None
+        None for the linear head v of the problem (:math:`h(a) = v^\top a`), or a head from ``attnsvm.heads``.
+
+    Returns
+    -------
+    Tensor
+        The outputs, shape (..., n).
+
+    Raises
+    ------
+    ValueError
+        If W or the head does not fit the problem.
+    TypeError
+        If ``head`` is not None or a head of ``attnsvm.heads``.
 
     Examples
     --------
@@ -304,10 +414,30 @@ def _outputs(problem: Problem, W: torch.Tensor, head) -> torch.Tensor:
 
 
 def loss(problem: Problem, W: ArrayLike, loss: str = "logistic", head: heads.Head | None = None) -> torch.Tensor:
-    """Empirical risk (1/n) sum_i l(Y_i f(X_i)), shape (...,) (one per problem).
+    r"""Empirical risk :math:`\frac{1}{n}\sum_i \ell(Y_i f(X_i))`, one per problem.
 
-    ``loss``: the loss l, a key of ``LOSSES`` ("logistic", "exponential" or "linear"); ``head``: as in
-    ``outputs``.
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        The loss :math:`\ell`, a key of ``LOSSES`` ("logistic", "exponential" or "linear").
+    head : Head or None, default=None
+        As in ``outputs``.
+
+    Returns
+    -------
+    Tensor
+        The risk, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If an argument does not fit the problem, or ``loss`` is not a key of ``LOSSES``.
+    FloatingPointError
+        If the risk overflows float64.
 
     Examples
     --------
@@ -340,14 +470,38 @@ def _selection(problem: Problem, alpha: ArrayLike) -> torch.Tensor:
 
 def support_gradient(problem: Problem, W: ArrayLike, alpha: ArrayLike, support: ArrayLike,
                      loss: str = "logistic") -> torch.Tensor:
-    """The local-convergence proof sketch's approximation of the negative gradient -dL/dW, shape (..., d, d)::
+    r"""The local-convergence proof sketch's approximation of the negative gradient :math:`-\partial L/\partial W`,
+    :math:`\sum_i c_i \sum_{t \in \mathrm{support}_i} s_{it} (\gamma_{i\alpha_i} - \gamma_{it})
+    (x_{i\alpha_i} - x_{it}) z_i^\top`.
 
-        sum_i c_i sum_{t in support_i} s_it (gamma_{i alpha_i} - gamma_it) (x_{i alpha_i} - x_it) z_i^T,
+    Here :math:`c_i = |\ell'(Y_i f(X_i))|/n`, s is the attention at W and :math:`\gamma_{it} = Y_i v^\top x_{it}`
+    are the token scores.
 
-    with c_i = |l'(Y_i f(X_i))| / n, s the attention at W and gamma_it = Y_i v^T x_it the token scores.
-    ``alpha``: the selected token of each sequence (..., n); ``support``: a boolean mask (..., n, T) of the
-    tokens kept in the sum (the support tokens of the Att-SVM of alpha, ``theory.support_tokens``); ``loss``:
-    a key of ``LOSSES``.
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    alpha : ArrayLike
+        The selected token of each sequence, shape (..., n).
+    support : ArrayLike
+        A boolean mask (..., n, T) of the tokens kept in the sum (the support tokens of the Att-SVM of alpha,
+        ``theory.support_tokens``).
+    loss : str, default='logistic'
+        A key of ``LOSSES``.
+
+    Returns
+    -------
+    Tensor
+        The approximation, shape (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If an argument does not fit the problem (e.g. ``support`` not of shape (..., n, T)).
+    TypeError
+        If ``support`` is not a boolean mask.
 
     Examples
     --------
@@ -391,9 +545,26 @@ def _mask(value: ArrayLike, name: str, shape: tuple) -> torch.Tensor:
 
 
 def min_margin(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> torch.Tensor:
-    """The smallest margin min_{i, t != alpha_i} (x_{i alpha_i} - x_it)^T W z_i, shape (...,) (one per problem).
+    r"""The smallest margin :math:`\min_{i,\, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W z_i`, one per problem.
 
-    ``alpha``: the selected token of each sequence (..., n); needs T >= 2 tokens per sequence.
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch), with T >= 2 tokens per sequence.
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    alpha : ArrayLike
+        The selected token of each sequence, shape (..., n).
+
+    Returns
+    -------
+    Tensor
+        The margin, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If T < 2, or W or alpha does not fit the problem.
 
     Examples
     --------

@@ -103,7 +103,22 @@ def _size(tensor: torch.Tensor) -> int:
 # ------------------------------------------------------------------ vec, mat, Kronecker
 
 def vec(X: ArrayLike) -> torch.Tensor:
-    """Row-major vectorization (paper C): (..., p, q) -> (..., p q), row i of X is entries i q .. i q + q - 1.
+    """Row-major vectorization (paper C): (..., p, q) to (..., pq); row i of X is entries iq to iq + q - 1.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        Matrices, shape (..., p, q).
+
+    Returns
+    -------
+    Tensor
+        The vectors, shape (..., pq).
+
+    Raises
+    ------
+    ValueError
+        If X is not a matrix.
 
     Examples
     --------
@@ -118,7 +133,24 @@ def vec(X: ArrayLike) -> torch.Tensor:
 
 
 def mat(x: ArrayLike, rows: int | None = None) -> torch.Tensor:
-    """The inverse of ``vec``: (..., p q) -> (..., p, q) with p = ``rows`` (default: square, p = q).
+    """The inverse of ``vec``: (..., pq) to (..., p, q).
+
+    Parameters
+    ----------
+    x : ArrayLike
+        Vectors, shape (..., pq).
+    rows : int or None, default=None
+        p (None: square, p = q).
+
+    Returns
+    -------
+    Tensor
+        The matrices, shape (..., p, q).
+
+    Raises
+    ------
+    ValueError
+        If x is empty, not a square number of entries (rows=None), or rows does not divide its length.
 
     Examples
     --------
@@ -145,7 +177,25 @@ def mat(x: ArrayLike, rows: int | None = None) -> torch.Tensor:
 
 
 def kron(A1: ArrayLike, A2: ArrayLike) -> torch.Tensor:
-    """Batched Kronecker product: entry ((i1 n2 + i2), (j1 d2 + j2)) is A1[i1, j1] A2[i2, j2] (0-based).
+    r"""Batched Kronecker product: entry :math:`(i_1 n_2 + i_2, j_1 d_2 + j_2)` is :math:`A_1[i_1, j_1]\,
+    A_2[i_2, j_2]` (0-based).
+
+    Parameters
+    ----------
+    A1 : ArrayLike
+        Matrices, shape (..., :math:`n_1`, :math:`d_1`).
+    A2 : ArrayLike
+        Matrices, shape (..., :math:`n_2`, :math:`d_2`).
+
+    Returns
+    -------
+    Tensor
+        :math:`A_1 \otimes A_2`, shape (..., :math:`n_1 n_2`, :math:`d_1 d_2`).
+
+    Raises
+    ------
+    ValueError
+        If A1 or A2 is not a matrix, or their batch shapes do not broadcast.
 
     Examples
     --------
@@ -165,7 +215,27 @@ def kron(A1: ArrayLike, A2: ArrayLike) -> torch.Tensor:
 
 
 def kron_logits(A1: ArrayLike, A2: ArrayLike, X: ArrayLike) -> torch.Tensor:
-    """(A1 kron A2) vec(X), shape (..., n1 n2): with row-major vec this is vec(A1 X A2^T), all logits at once.
+    r""":math:`(A_1 \otimes A_2)\,\mathrm{vec}(X)`: with row-major vec this is :math:`\mathrm{vec}(A_1 X A_2^\top)`, all
+    logits at once.
+
+    Parameters
+    ----------
+    A1 : ArrayLike
+        Matrices, shape (..., :math:`n_1`, :math:`d_1`).
+    A2 : ArrayLike
+        Matrices, shape (..., :math:`n_2`, :math:`d_2`).
+    X : ArrayLike
+        Matrices, shape (..., :math:`d_1`, :math:`d_2`).
+
+    Returns
+    -------
+    Tensor
+        The logits, shape (..., :math:`n_1 n_2`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit.
 
     Examples
     --------
@@ -186,7 +256,27 @@ def kron_logits(A1: ArrayLike, A2: ArrayLike, X: ArrayLike) -> torch.Tensor:
 
 
 def row_block(A1: ArrayLike, A2: ArrayLike, j0: int) -> torch.Tensor:
-    """A_{j0}: rows j0 n2 .. j0 n2 + n2 - 1 of A1 kron A2 (A2 is (n2, d2)), i.e. A1[j0] kron A2, (..., n2, d1 d2).
+    r"""The row block :math:`A_{j_0}`: rows :math:`j_0 n_2` to :math:`j_0 n_2 + n_2 - 1` of :math:`A_1 \otimes A_2`,
+    that is :math:`A_1[j_0] \otimes A_2`.
+
+    Parameters
+    ----------
+    A1 : ArrayLike
+        Matrices, shape (..., :math:`n_1`, :math:`d_1`).
+    A2 : ArrayLike
+        Matrices, shape (..., :math:`n_2`, :math:`d_2`).
+    j0 : int
+        A row of A1, in :math:`[0, n_1)`.
+
+    Returns
+    -------
+    Tensor
+        :math:`A_{j_0}`, shape (..., :math:`n_2`, :math:`d_1 d_2`).
+
+    Raises
+    ------
+    ValueError
+        If A1 has no row or j0 is out of range.
 
     Examples
     --------
@@ -226,7 +316,24 @@ def _finite_logits(Aj, x) -> torch.Tensor:
 
 
 def u(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
-    """u(x) = exp(A_{j0} x), shape (..., T) (paper C, Definition 3.1).
+    r""":math:`u(x) = \exp(A_{j_0} x)` (paper C, Definition 3.1).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+
+    Returns
+    -------
+    Tensor
+        u(x), shape (..., T).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -241,7 +348,24 @@ def u(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
 
 
 def alpha(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
-    """alpha(x) = <u(x), 1_T>, shape (...) (Definition 3.2).
+    r""":math:`\alpha(x) = \langle u(x), \mathbf{1}_T\rangle` (Definition 3.2).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+
+    Returns
+    -------
+    Tensor
+        :math:`\alpha(x)`, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -255,7 +379,24 @@ def alpha(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
 
 
 def f(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
-    """f(x) = alpha(x)^{-1} u(x), the softmax of the logits A_{j0} x, shape (..., T) (Definition 3.3).
+    r""":math:`f(x) = \alpha(x)^{-1} u(x)`, the softmax of the logits :math:`A_{j_0} x` (Definition 3.3).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+
+    Returns
+    -------
+    Tensor
+        f(x), shape (..., T).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -269,7 +410,26 @@ def f(Aj: ArrayLike, x: ArrayLike) -> torch.Tensor:
 
 
 def h(A3: ArrayLike, Y: ArrayLike, i0: int) -> torch.Tensor:
-    """h(y) = A3 y_{i0} with y_{i0} column i0 of the value matrix Y, shape (..., T) (Definition 3.4).
+    """:math:`h(y) = A_3 y_{i_0}` with :math:`y_{i_0}` column :math:`i_0` of the value matrix Y (Definition 3.4).
+
+    Parameters
+    ----------
+    A3 : ArrayLike
+        The matrix :math:`A_3`, shape (..., T, p).
+    Y : ArrayLike
+        The value matrix, shape (..., p, q).
+    i0 : int
+        A column index of Y.
+
+    Returns
+    -------
+    Tensor
+        h, shape (..., T).
+
+    Raises
+    ------
+    ValueError
+        If Y does not have as many rows as A3 has columns, or i0 is out of range.
 
     Examples
     --------
@@ -290,7 +450,26 @@ def h(A3: ArrayLike, Y: ArrayLike, i0: int) -> torch.Tensor:
 
 
 def attention_row(Aj: ArrayLike, x: ArrayLike, attention: str = "softmax") -> torch.Tensor:
-    """The attention row: f(x) (softmax) or the unnormalized logits A_{j0} x (``attention="linear"``).
+    """The attention row: f(x) (softmax) or the unnormalized logits :math:`A_{j_0} x` (linear attention).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    Tensor
+        The row, shape (..., T).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit or attention is not supported.
 
     Examples
     --------
@@ -346,8 +525,33 @@ def _outer(s, b, loss: str):
 
 def loss(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
          attention: str = "softmax") -> torch.Tensor:
-    """The loss of one entry (l0, j0, i0), shape (...): ``loss`` "paper" g(b s) (as written in paper C),
-    "sigmoid" g(-b s), "logistic" log(1 + e^{-b s}) or "squared" (s - b)^2, with s = <row(x), h> (``LOSSES``).
+    r"""The loss of one entry :math:`(l_0, j_0, i_0)`, with :math:`s = \langle \mathrm{row}(x), h\rangle`.
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    h : ArrayLike
+        The values, shape (..., T).
+    b : ArrayLike
+        The target, shape (...).
+    loss : {'paper', 'sigmoid', 'logistic', 'squared'}, default='logistic'
+        "paper" g(bs) (as written in paper C), "sigmoid" g(-bs), "logistic" :math:`\log(1 + e^{-bs})` or
+        "squared" :math:`(s - b)^2` (``LOSSES``).
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    Tensor
+        The loss, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit or loss is not one of ``LOSSES``.
 
     Examples
     --------
@@ -371,8 +575,36 @@ def _entry_loss(Aj, x, h, b, loss: str, attention: str) -> torch.Tensor:
 
 def gradient(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
              attention: str = "softmax") -> torch.Tensor:
-    """The closed-form gradient dL/dx (..., d^2) by the chain rule: dL/ds A_{j0}^T (f o (h - <f, h>)) for softmax
-    (the bracket in pairwise form, f_t sum_tau f_tau (h_t - h_tau)), dL/ds A_{j0}^T h for linear attention.
+    r"""The closed-form gradient :math:`\partial L/\partial x` by the chain rule.
+
+    :math:`\frac{\partial L}{\partial s} A_{j_0}^\top (f \odot (h - \langle f, h\rangle))` for softmax (the bracket
+    in pairwise form, :math:`f_t \sum_\tau f_\tau (h_t - h_\tau)`), :math:`\frac{\partial L}{\partial s}
+    A_{j_0}^\top h` for linear attention.
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    h : ArrayLike
+        The values, shape (..., T).
+    b : ArrayLike
+        The target, shape (...).
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    Tensor
+        The gradient, shape (..., :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -414,9 +646,37 @@ def _logit_hessian(logits, hv, b, loss: str, attention: str) -> torch.Tensor:
 
 def hessian(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
             attention: str = "softmax") -> torch.Tensor:
-    """The closed-form Hessian d^2L/dx^2 (..., d^2, d^2) = A_{j0}^T H_a A_{j0}, with H_a the Hessian in the logits:
-    L'' w w^T + L' (diag(w) - w f^T - f w^T), w = f o (h - <f, h>) (softmax), or L'' h h^T (linear attention),
-    where L', L'' are the derivatives of the loss with respect to s = <row, h>.
+    r"""The closed-form Hessian :math:`\partial^2 L/\partial x^2 = A_{j_0}^\top H_a A_{j_0}`, with :math:`H_a` the
+    Hessian in the logits.
+
+    :math:`H_a = L'' w w^\top + L' (\mathrm{diag}(w) - w f^\top - f w^\top)`, :math:`w = f \odot (h - \langle f,
+    h\rangle)` (softmax), or :math:`L'' h h^\top` (linear attention), where :math:`L', L''` are the derivatives of
+    the loss with respect to :math:`s = \langle \mathrm{row}, h\rangle`.
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    h : ArrayLike
+        The values, shape (..., T).
+    b : ArrayLike
+        The target, shape (...).
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    Tensor
+        The Hessian, shape (..., :math:`d^2`, :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -439,8 +699,31 @@ def hessian(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: st
 
 
 def paper_gradient(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike) -> torch.Tensor:
-    """Paper C's Lemma 3.11 as written: dL/dx_i = g(s)(1 - g(s)) b (<f o A_{j0,*,i}, h> - s <f, A_{j0,*,i}>),
-    s = <f, h>. It is the gradient of g(b s) only for b in {-1, 0, 1} (the chain rule gives g'(b s), not g'(s)).
+    r"""Paper C's Lemma 3.11 as written: :math:`\partial L/\partial x_i = g(s)(1 - g(s))\, b\, (\langle f \odot
+    A_{j_0,*,i}, h\rangle - s\langle f, A_{j_0,*,i}\rangle)`, :math:`s = \langle f, h\rangle`.
+
+    It is the gradient of g(bs) only for b in {-1, 0, 1} (the chain rule gives g'(bs), not g'(s)).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    h : ArrayLike
+        The values, shape (..., T).
+    b : ArrayLike
+        The target, shape (...).
+
+    Returns
+    -------
+    Tensor
+        The expression, shape (..., :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -464,11 +747,27 @@ def paper_gradient(Aj: ArrayLike, x: ArrayLike, h: ArrayLike, b: ArrayLike) -> t
 # ------------------------------------------------------------------ Lipschitz bounds
 
 def log10_bound(T: ArrayLike, R: ArrayLike) -> float | np.ndarray:
-    """log10 of M = 3 T^3 R^7 exp(13 R^2), paper C's Lemma 3.13 (M overflows float64 from R = 7.4 on): a float,
-    or an array of the broadcast shape of ``T`` and ``R``.
+    r""":math:`\log_{10}` of :math:`M = 3T^3R^7 e^{13R^2}`, paper C's Lemma 3.13 (M overflows float64 from R = 7.4 on).
 
-    T is the sentence length (paper C writes n^3). The lemma assumes R >= 4, ||A_{j0}|| <= R and
-    ||A_{j0} x|| <= R.
+    T is the sentence length (paper C writes :math:`n^3`). The lemma assumes :math:`R \ge 4`,
+    :math:`\|A_{j_0}\| \le R` and :math:`\|A_{j_0} x\| \le R`.
+
+    Parameters
+    ----------
+    T : ArrayLike
+        The sentence length(s), positive integers.
+    R : ArrayLike
+        The radius (radii), :math:`R \ge 4`.
+
+    Returns
+    -------
+    float or ndarray
+        A float, or an array of the broadcast shape of T and R.
+
+    Raises
+    ------
+    ValueError
+        If an R is below 4, a T is not a positive integer, or their shapes do not broadcast.
 
     Examples
     --------
@@ -505,11 +804,36 @@ def _real_array(value, name: str) -> np.ndarray:
 
 def lipschitz_bound(Aj: ArrayLike, h: ArrayLike, b: ArrayLike, *, loss: str = "logistic",
                     attention: str = "softmax") -> torch.Tensor:
-    """A Lipschitz constant of x -> dL/dx valid on all of R^{d^2} (the book's derivation, chapter 7), shape (...).
+    r"""A Lipschitz constant of :math:`x \mapsto \partial L/\partial x` valid on all of :math:`\mathbb{R}^{d^2}` (the
+    book's derivation, chapter 7).
 
-    Softmax, with rho = max h - min h and A = ||A_{j0}||_2: |l''| b^2 A^2 rho^2 / 4 + |l'| |b| A^2 (5/4) rho, with
-    sup |l'|, sup |l''| = 1, 1/4 (logistic) or 1/4, 1/(6 sqrt 3) (paper, sigmoid); squared: A^2 (rho^2 / 2 +
-    (5/2) rho (max |h| + |b|)). Linear attention (exact): sup |l''| b^2 ||A_{j0}^T h||^2, with 2 for squared.
+    Softmax, with :math:`\rho = \max h - \min h` and :math:`A = \|A_{j_0}\|_2`: :math:`|\ell''| b^2 A^2 \rho^2/4 +
+    |\ell'|\,|b| A^2 \frac{5}{4}\rho`, with :math:`\sup|\ell'|, \sup|\ell''|` = 1, 1/4 (logistic) or 1/4,
+    :math:`1/(6\sqrt 3)` (paper, sigmoid); squared: :math:`A^2(\rho^2/2 + \frac{5}{2}\rho(\max|h| + |b|))`. Linear
+    attention (exact): :math:`\sup|\ell''|\, b^2 \|A_{j_0}^\top h\|^2`, with 2 for squared.
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    h : ArrayLike
+        The values, shape (..., T).
+    b : ArrayLike
+        The target, shape (...).
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    Tensor
+        The constant, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (the message names the argument).
 
     Examples
     --------
@@ -542,7 +866,16 @@ def _lipschitz_bound(Aj, hv, b, loss: str, attention: str) -> torch.Tensor:
 # ------------------------------------------------------------------ instances and points of the R-ball
 
 class Instance(NamedTuple):
-    """One loss entry: the row block A_{j0} (..., T, d^2), the values h (..., T) and the target b (...).
+    """One loss entry.
+
+    Parameters
+    ----------
+    Aj : Tensor
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    h : Tensor
+        The values h, shape (..., T).
+    b : Tensor
+        The target b, shape (...).
 
     Examples
     --------
@@ -561,9 +894,34 @@ class Instance(NamedTuple):
 
 def random_instance(T: int, d: int, R: float, *, seed: int, batch: int | None = None,
                     h_norm: float | None = None) -> Instance:
-    """Gaussian A1, A2 (T, d), the block A_{j0} (j0 = 0) scaled to ||A_{j0}||_2 = R (the largest norm Lemma 3.13
-    allows), Gaussian h scaled to ||h||_2 = h_norm (default R) and b = +-1 with probability 1/2; ``batch``
-    instances (a leading dimension) or one.
+    r"""A random loss entry: Gaussian :math:`A_1, A_2` (T, d), the block :math:`A_{j_0}` (:math:`j_0 = 0`) scaled to
+    :math:`\|A_{j_0}\|_2 = R` (the largest norm Lemma 3.13 allows), Gaussian h scaled to :math:`\|h\|_2` = h_norm
+    and :math:`b = \pm 1` with probability 1/2.
+
+    Parameters
+    ----------
+    T : int
+        The sentence length.
+    d : int
+        The dimension.
+    R : float
+        The radius.
+    seed : int
+        The seed.
+    batch : int or None, default=None
+        The number of instances (a leading dimension; None: one).
+    h_norm : float or None, default=None
+        :math:`\|h\|_2` (None: R).
+
+    Returns
+    -------
+    Instance
+        The instances.
+
+    Raises
+    ------
+    ValueError
+        If a size, R or the seed is out of range.
 
     Examples
     --------
@@ -612,8 +970,29 @@ def _row_space_direction(Aj: torch.Tensor, shape: tuple, gen: torch.Generator) -
 
 
 def sample_ball(Aj: ArrayLike, R: float, count: int, *, seed: int) -> torch.Tensor:
-    """``count`` random points x (count, ..., d^2) of the R-ball {x : ||A_{j0} x||_2 <= R} in the row space of
-    A_{j0} (the other directions change no logit), with ||A_{j0} x|| uniform on [0, R].
+    r"""Random points x of the R-ball :math:`\{x : \|A_{j_0} x\|_2 \le R\}` in the row space of :math:`A_{j_0}` (the
+    other directions change no logit), with :math:`\|A_{j_0} x\|` uniform on [0, R].
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    R : float
+        The radius.
+    count : int
+        The number of points.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    Tensor
+        The points, shape (count, ..., :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If :math:`A_{j_0}` is zero, or R or count is out of range.
 
     Examples
     --------
@@ -634,7 +1013,26 @@ def sample_ball(Aj: ArrayLike, R: float, count: int, *, seed: int) -> torch.Tens
 
 
 def into_ball(Aj: ArrayLike, x: ArrayLike, R: float) -> torch.Tensor:
-    """x scaled towards 0 just enough that ||A_{j0} x|| <= R (the ball is convex and contains 0).
+    r"""x scaled towards 0 just enough that :math:`\|A_{j_0} x\| \le R` (the ball is convex and contains 0).
+
+    Parameters
+    ----------
+    Aj : ArrayLike
+        The row block :math:`A_{j_0}`, shape (..., T, :math:`d^2`).
+    x : ArrayLike
+        Points, shape (..., :math:`d^2`).
+    R : float
+        The radius.
+
+    Returns
+    -------
+    Tensor
+        The scaled points, shape (..., :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit or R is not positive.
 
     Examples
     --------
@@ -658,7 +1056,28 @@ def _callable(function, name: str = "function") -> Callable:
 
 
 def ratios(function: Callable, x1: ArrayLike, x2: ArrayLike) -> torch.Tensor:
-    """Lipschitz ratios ||F(x1) - F(x2)|| / ||x1 - x2|| over the last dimension (F(x) vector-valued), shape (...).
+    r"""Lipschitz ratios :math:`\|F(x_1) - F(x_2)\|/\|x_1 - x_2\|` over the last dimension (F vector-valued).
+
+    Parameters
+    ----------
+    function : Callable
+        F, batched: it maps (..., D) to (..., E).
+    x1 : ArrayLike
+        Points, shape (..., D).
+    x2 : ArrayLike
+        Points of the same shape, distinct from x1.
+
+    Returns
+    -------
+    Tensor
+        The ratios, shape (...).
+
+    Raises
+    ------
+    TypeError
+        If function is not callable or does not return a tensor.
+    ValueError
+        If the shapes do not fit, or x1 and x2 coincide at some point.
 
     Examples
     --------
@@ -695,10 +1114,33 @@ def _function_value(function: Callable, x: torch.Tensor, name: str) -> torch.Ten
 
 
 def hessian_norm(function: Callable, x: ArrayLike, *, iterations: int = 30, seed: int = 0) -> torch.Tensor:
-    """A lower bound on ||Hess F(x)||_2 for a scalar F (batched: F maps (..., D) to (...)), shape (...).
+    r"""A lower bound on :math:`\|\nabla^2 F(x)\|_2` for a scalar F.
 
     Power iteration with Hessian-vector products by double backward (torch.autograd); the result is
-    ||H v|| for a unit v, which never exceeds ||H||_2 and converges to it.
+    :math:`\|Hv\|` for a unit v, which never exceeds :math:`\|H\|_2` and converges to it.
+
+    Parameters
+    ----------
+    function : Callable
+        F, batched: it maps (..., D) to (...) by differentiable torch operations.
+    x : ArrayLike
+        Points, shape (..., D).
+    iterations : int, default=30
+        Power iterations.
+    seed : int, default=0
+        The seed of the start vector.
+
+    Returns
+    -------
+    Tensor
+        The bound, shape (...).
+
+    Raises
+    ------
+    TypeError
+        If function is not callable, or does not return a real tensor computed from x.
+    ValueError
+        If x is not points (..., D) with :math:`D \ge 1`.
 
     Examples
     --------
@@ -734,8 +1176,15 @@ def hessian_norm(function: Callable, x: ArrayLike, *, iterations: int = 30, seed
 
 
 class Estimate(NamedTuple):
-    """Empirical Lipschitz constants of the gradient (lower bounds of the true one), one per instance: what
+    r"""Empirical Lipschitz constants of the gradient (lower bounds of the true one), one per instance: what
     ``empirical_lipschitz`` returns.
+
+    Parameters
+    ----------
+    pairs : Tensor
+        :math:`\max \|\nabla L(x) - \nabla L(x')\|/\|x - x'\|` over sampled pairs of the R-ball.
+    power : Tensor
+        The largest spectral norm of the Hessian over sampled points (power iteration).
 
     Examples
     --------
@@ -750,11 +1199,41 @@ class Estimate(NamedTuple):
 
 def empirical_lipschitz(instance: Instance, R: float, *, loss: str = "logistic", attention: str = "softmax",
                         points: int = 64, iterations: int = 30, seed: int = 0, close: float = 1e-4) -> Estimate:
-    """Two lower bounds on the Lipschitz constant of x -> dL/dx over the R-ball {||A_{j0} x|| <= R}, per instance.
+    r"""Two lower bounds on the Lipschitz constant of :math:`x \mapsto \partial L/\partial x` over the R-ball
+    :math:`\{\|A_{j_0} x\| \le R\}`, per instance.
 
     pairs: ``points`` far pairs (independent random points) and ``points`` close pairs (a step of relative size
     ``close`` in a random direction of the row space); power: ``hessian_norm`` at the same ``points`` points. Every
     pair lies in the convex ball, so each ratio is at most the constant; so is each Hessian norm.
+
+    Parameters
+    ----------
+    instance : Instance
+        The loss entry.
+    R : float
+        The radius.
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+    points : int, default=64
+        Sampled points (and pairs of each kind).
+    iterations : int, default=30
+        Power iterations.
+    seed : int, default=0
+        The seed.
+    close : float, default=0.0001
+        The relative step of the close pairs, in (0, 1].
+
+    Returns
+    -------
+    Estimate
+        The two bounds.
+
+    Raises
+    ------
+    ValueError
+        If close is not in (0, 1] or lost in round-off, :math:`A_{j_0}` is zero, or an argument is out of range.
 
     Examples
     --------
@@ -824,8 +1303,14 @@ class _blaming:
 
 
 class Ascent(NamedTuple):
-    """The largest Hessian norm found by ``max_hessian_norm`` (a lower bound on the Lipschitz constant over the
-    ball, per instance) and a point of the ball where it is attained.
+    """The largest Hessian norm found by ``max_hessian_norm`` and a point of the ball where it is attained.
+
+    Parameters
+    ----------
+    value : Tensor
+        The largest norm found, a lower bound on the Lipschitz constant over the ball, per instance, shape (...).
+    point : Tensor
+        Where it is attained, shape (..., :math:`d^2`).
 
     Examples
     --------
@@ -841,20 +1326,54 @@ class Ascent(NamedTuple):
 def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", attention: str = "softmax",
                      starts: int = 32, steps: int = 200, lr: float = 0.05, seed: int = 0,
                      origin: bool = True) -> Ascent:
-    """Multi-start projected gradient ascent of ||Hess L(x)||_2 over the R-ball {||A_{j0} x|| <= R}, per instance.
+    r"""Multi-start projected gradient ascent of :math:`\|\nabla^2 L(x)\|_2` over the R-ball
+    :math:`\{\|A_{j_0} x\| \le R\}`, per instance.
 
-    The loss depends on x only through the logits a = A_{j0} x, which fill the ball ||a|| <= R of the column space
-    of A_{j0}: with the SVD A_{j0} = U S V^T the search runs over c, a = U c, ||c|| <= R, and ||Hess L(x)|| is the
-    largest |eigenvalue| of M(c) = S U^T H_a U S (H_a the Hessian in the logits). Each start (c = 0 unless
-    ``origin`` is False, and ``starts`` random points of the ball, each with a random unit vector e) takes
-    ``steps`` Adam steps (learning rate ``lr`` R) on the Rayleigh quotient (e^T M(c) e)^2 / |e|^4, jointly in c
-    and e, and c is scaled back into the ball after each step. The result is the largest ||M(c)|| (exact, by
+    The loss depends on x only through the logits :math:`a = A_{j_0} x`, which fill the ball :math:`\|a\| \le R` of
+    the column space of :math:`A_{j_0}`: with the SVD :math:`A_{j_0} = USV^\top` the search runs over c,
+    :math:`a = Uc`, :math:`\|c\| \le R`, and :math:`\|\nabla^2 L(x)\|` is the largest :math:`|\text{eigenvalue}|`
+    of :math:`M(c) = S U^\top H_a U S` (:math:`H_a` the Hessian in the logits). Each start (c = 0 unless ``origin``
+    is False, and ``starts`` random points of the ball, each with a random unit vector e) takes ``steps`` Adam
+    steps (learning rate ``lr`` R) on the Rayleigh quotient :math:`(e^\top M(c) e)^2/|e|^4`, jointly in c and e,
+    and c is scaled back into the ball after each step. The result is the largest :math:`\|M(c)\|` (exact, by
     eigvalsh) over every point visited (each start and the point after each of its steps): a lower bound on
-    sup_ball ||Hess L||, which is the Lipschitz constant of the gradient over the (convex) ball. A local search
-    may miss the supremum. With the other arguments fixed, the first k steps are those of any longer run, so the
-    result never decreases as ``steps`` grows. The point returned is x = V S^+ c, in the row space of A_{j0}.
-    ``origin=False`` leaves out the start c = 0 (a maximizer for linear attention with the logistic loss), so that
-    a check of the ascent must climb; ``steps=0`` returns the best of the starts themselves.
+    :math:`\sup_{\mathrm{ball}} \|\nabla^2 L\|`, which is the Lipschitz constant of the gradient over the (convex)
+    ball. A local search may miss the supremum. With the other arguments fixed, the first k steps are those of any
+    longer run, so the result never decreases as ``steps`` grows.
+
+    Parameters
+    ----------
+    instance : Instance
+        The loss entry.
+    R : float
+        The radius.
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+    starts : int, default=32
+        Random starts.
+    steps : int, default=200
+        Adam steps per start (0: the best of the starts themselves).
+    lr : float, default=0.05
+        The learning rate, in units of R.
+    seed : int, default=0
+        The seed.
+    origin : bool, default=True
+        Also start at c = 0; False leaves it out (a maximizer for linear attention with the logistic loss), so
+        that a check of the ascent must climb.
+
+    Returns
+    -------
+    Ascent
+        The largest norm found and the point :math:`x = V S^+ c`, in the row space of :math:`A_{j_0}`.
+
+    Raises
+    ------
+    ValueError
+        If :math:`A_{j_0}` is zero or :math:`\|A_{j_0}\|_2 > R`, or an argument is out of range.
+    FloatingPointError
+        If the ascent diverges (lower lr).
 
     Examples
     --------
@@ -924,8 +1443,36 @@ def max_hessian_norm(instance: Instance, R: float, *, loss: str = "logistic", at
 
 def descend(instance: Instance, x0: ArrayLike, *, lr: float, steps: int, loss: str = "logistic",
             attention: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain gradient descent x <- x - lr dL/dx on one loss entry from x0 (..., d^2): the losses (steps + 1, ...)
-    and the final point. With lr <= 1 / (a Lipschitz constant of the gradient) every step decreases the loss.
+    r"""Plain gradient descent :math:`x \leftarrow x - \eta\, \partial L/\partial x` on one loss entry.
+
+    With :math:`\eta \le 1/` (a Lipschitz constant of the gradient) every step decreases the loss.
+
+    Parameters
+    ----------
+    instance : Instance
+        The loss entry.
+    x0 : ArrayLike
+        The start, shape (..., :math:`d^2`).
+    lr : float
+        The step size :math:`\eta`.
+    steps : int
+        The number of steps.
+    loss : str, default='logistic'
+        A name of ``LOSSES``.
+    attention : {'softmax', 'linear'}, default='softmax'
+        The attention.
+
+    Returns
+    -------
+    tuple of Tensor
+        The losses (steps + 1, ...) and the final point.
+
+    Raises
+    ------
+    ValueError
+        If x0 does not fit the instance.
+    FloatingPointError
+        If the iterates diverge (lower lr).
 
     Examples
     --------
@@ -1007,8 +1554,21 @@ class _cell:
 
 
 class Study(NamedTuple):
-    """Bounds on the Lipschitz constant of the gradient over the R-ball, per sentence length T, radius R and
-    instance, each (len(sizes), len(radii), batch), and paper C's constant: what ``gap_study`` returns.
+    r"""Bounds on the Lipschitz constant of the gradient over the R-ball, per sentence length T, radius R and instance,
+    and paper C's constant: what ``gap_study`` returns.
+
+    The tensors have shape (len(sizes), len(radii), batch).
+
+    Parameters
+    ----------
+    sampled : Tensor
+        The larger of ``empirical_lipschitz``'s pairs and power: a lower bound.
+    found : Tensor
+        ``max_hessian_norm``: a lower bound.
+    ours : Tensor
+        ``lipschitz_bound``: an upper bound, valid on all of :math:`\mathbb{R}^{d^2}`.
+    log10_M : ndarray
+        :math:`\log_{10}` of Lemma 3.13's M (``log10_bound``), shape (len(sizes), len(radii)).
 
     Examples
     --------
@@ -1025,10 +1585,43 @@ class Study(NamedTuple):
 
 def gap_study(sizes: ArrayLike, radii: ArrayLike, *, d: int = 3, batch: int = 20, loss: str = "paper",
               points: int = 64, iterations: int = 20, starts: int = 16, steps: int = 60) -> Study:
-    """Chapter 7's E7.3: for each T in ``sizes`` and R in ``radii`` (R >= 4), ``batch`` instances
-    ``random_instance(T, d, R, seed=T)``, bracketed by random sampling (``empirical_lipschitz``, ``points`` points,
-    ``iterations`` power steps) and ascent (``max_hessian_norm``, ``starts`` starts of ``steps`` steps), both with
-    seed int(R), and by ``lipschitz_bound``.
+    r"""Chapter 7's E7.3: the Lipschitz constant of the gradient over the R-ball, bracketed, for each T in ``sizes`` and
+    R in ``radii``.
+
+    ``batch`` instances ``random_instance(T, d, R, seed=T)``, bracketed by random sampling (``empirical_lipschitz``,
+    ``points`` points, ``iterations`` power steps) and ascent (``max_hessian_norm``, ``starts`` starts of ``steps``
+    steps), both with seed int(R), and by ``lipschitz_bound``.
+
+    Parameters
+    ----------
+    sizes : ArrayLike
+        The sentence lengths T.
+    radii : ArrayLike
+        The radii, each :math:`R \ge 4`.
+    d : int, default=3
+        The dimension.
+    batch : int, default=20
+        Instances per cell.
+    loss : str, default='paper'
+        A name of ``LOSSES``.
+    points : int, default=64
+        As in ``empirical_lipschitz``.
+    iterations : int, default=20
+        As in ``empirical_lipschitz``.
+    starts : int, default=16
+        As in ``max_hessian_norm``.
+    steps : int, default=60
+        As in ``max_hessian_norm``.
+
+    Returns
+    -------
+    Study
+        The bounds.
+
+    Raises
+    ------
+    ValueError
+        If sizes or radii is empty, an R is below 4, or an argument is out of range.
 
     Examples
     --------
@@ -1069,8 +1662,22 @@ def gap_study(sizes: ArrayLike, radii: ArrayLike, *, d: int = 3, batch: int = 20
 
 
 class Comparison(NamedTuple):
-    """Softmax against linear attention on the same instances, each (len(radii), batch): what
-    ``attention_study`` returns.
+    """Softmax against linear attention on the same instances: what ``attention_study`` returns.
+
+    Each field has shape (len(radii), batch).
+
+    Parameters
+    ----------
+    found : Tensor
+        Softmax: ``max_hessian_norm``, a lower bound.
+    ours : Tensor
+        Softmax: ``lipschitz_bound``, an upper bound.
+    linear : Tensor
+        Linear attention: ``lipschitz_bound(attention="linear")``, exact on the ball.
+    linear_found : Tensor
+        Linear attention: the softmax ascent's ``max_hessian_norm`` without the start x = 0.
+    linear_start : Tensor
+        The same ascent's random starts alone (steps=0): what the ascent had to improve.
 
     Examples
     --------
@@ -1088,11 +1695,42 @@ class Comparison(NamedTuple):
 
 def attention_study(radii: ArrayLike, loss: str, *, T: int = 5, d: int = 3, batch: int = 50,
                     h_norm: float | None = None, starts: int = 16, steps: int = 60) -> Comparison:
-    """Chapter 7's E7.4: for each R in ``radii``, ``batch`` instances ``random_instance(T, d, R, seed=int(R),
-    h_norm=h_norm)`` (||h|| = R by default), the Lipschitz constant of the gradient of the loss ``loss`` over the
-    R-ball for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact, and,
-    as a check of the ascent, the same ascent on linear attention without the start x = 0, which is a maximizer
-    there for the logistic loss, with the value at its random starts alone).
+    r"""Chapter 7's E7.4: softmax against linear attention, the Lipschitz constant of the gradient over the R-ball for
+    each R.
+
+    For each R in ``radii``, ``batch`` instances ``random_instance(T, d, R, seed=int(R), h_norm=h_norm)``, the
+    constant for softmax attention (ascent with seed int(R), and the book's bound) and linear attention (exact,
+    and, as a check of the ascent, the same ascent on linear attention without the start x = 0, which is a
+    maximizer there for the logistic loss, with the value at its random starts alone).
+
+    Parameters
+    ----------
+    radii : ArrayLike
+        The radii, each :math:`R \ge 4`.
+    loss : str
+        A name of ``LOSSES``.
+    T : int, default=5
+        The sentence length.
+    d : int, default=3
+        The dimension.
+    batch : int, default=50
+        Instances per radius.
+    h_norm : float or None, default=None
+        :math:`\|h\|` (None: R).
+    starts : int, default=16
+        Random starts of the ascent.
+    steps : int, default=60
+        Steps of the ascent.
+
+    Returns
+    -------
+    Comparison
+        The bounds, each of shape (len(radii), batch).
+
+    Raises
+    ------
+    ValueError
+        If radii is empty, an R is below 4, or an argument is out of range.
 
     Examples
     --------

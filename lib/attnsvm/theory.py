@@ -66,7 +66,22 @@ def _normalized_inner(A: torch.Tensor, B: torch.Tensor, dims: int | tuple[int, .
 
 
 def token_scores(problem: Problem) -> torch.Tensor:
-    """gamma_it = Y_i v^T x_it: how much selecting token t helps classify sequence i, shape (..., n, T).
+    r"""The token scores :math:`\gamma_{it} = Y_i v^\top x_{it}`: how much selecting token t helps classify sequence i.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        The scores, shape (..., n, T).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``Problem``.
 
     Examples
     --------
@@ -81,7 +96,23 @@ def token_scores(problem: Problem) -> torch.Tensor:
 
 
 def optimal_tokens(problem: Problem) -> torch.Tensor:
-    """opt_i = argmax_t gamma_it, the token a linear head wants attention to select, shape (..., n).
+    r"""The optimal tokens :math:`\mathrm{opt}_i = \arg\max_t \gamma_{it}`, the tokens a linear head wants attention to
+    select.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        The token indices, shape (..., n).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``Problem``.
 
     Examples
     --------
@@ -96,7 +127,25 @@ def optimal_tokens(problem: Problem) -> torch.Tensor:
 
 
 def correlation(A: ArrayLike, B: ArrayLike) -> np.ndarray:
-    """<A, B> / (||A||_F ||B||_F) over the last two dimensions, broadcast over leading ones (numpy result).
+    r"""The correlation :math:`\langle A, B\rangle/(\|A\|_F \|B\|_F)` over the last two dimensions, broadcast over the
+    leading ones.
+
+    Parameters
+    ----------
+    A : ArrayLike
+        Matrices, shape (..., p, q).
+    B : ArrayLike
+        Matrices, shape (..., p, q).
+
+    Returns
+    -------
+    ndarray
+        The correlations, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not broadcast, or a matrix is zero.
 
     Examples
     --------
@@ -119,10 +168,27 @@ def correlation(A: ArrayLike, B: ArrayLike) -> np.ndarray:
 
 
 def margins(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarray:
-    """The margins mu_it(W) = (x_{i,alpha_i} - x_it)^T W z_i of every token, shape (..., n, T) (0 at t = alpha_i).
+    r"""The margins :math:`\mu_{it}(W) = (x_{i\alpha_i} - x_{it})^\top W z_i` of every token (0 at
+    :math:`t = \alpha_i`).
 
-    ``W``: the key-query matrix (d, d), or one per problem (..., d, d); ``alpha``: the selected token of each
-    sequence (..., n).
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix (d, d), or one per problem (..., d, d).
+    alpha : ArrayLike
+        The selected token of each sequence, shape (..., n).
+
+    Returns
+    -------
+    ndarray
+        The margins, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If W or alpha does not fit the problem.
 
     Examples
     --------
@@ -139,8 +205,27 @@ def margins(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarray:
 
 
 def support_tokens(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarray:
-    """Boolean mask (..., n, T) of the support tokens of W: those t != alpha_i whose margin is 1 (within
-    ``SUPPORT_TOL``). Arguments as in ``margins``.
+    r"""Boolean mask of the support tokens of W: those :math:`t \ne \alpha_i` whose margin is 1 (within
+    ``SUPPORT_TOL``).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        As in ``margins``.
+    alpha : ArrayLike
+        As in ``margins``.
+
+    Returns
+    -------
+    ndarray
+        The mask, shape (..., n, T).
+
+    Raises
+    ------
+    ValueError
+        If W or alpha does not fit the problem.
 
     Examples
     --------
@@ -157,7 +242,25 @@ def support_tokens(problem: Problem, W: ArrayLike, alpha: ArrayLike) -> np.ndarr
 
 
 def cosine(a: ArrayLike, b: ArrayLike) -> np.ndarray:
-    """<a, b> / (||a|| ||b||) over the last dimension, broadcast over leading ones (for vectors, e.g. p).
+    r"""The cosine :math:`\langle a, b\rangle/(\|a\|\,\|b\|)` over the last dimension, broadcast over the leading ones
+    (for vectors, e.g. p).
+
+    Parameters
+    ----------
+    a : ArrayLike
+        Vectors, shape (..., d).
+    b : ArrayLike
+        Vectors, shape (..., d).
+
+    Returns
+    -------
+    ndarray
+        The cosines, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not broadcast, or a vector is zero.
 
     Examples
     --------
@@ -179,8 +282,24 @@ def cosine(a: ArrayLike, b: ArrayLike) -> np.ndarray:
 
 
 def neighbour_selections(alpha: ArrayLike, T: int) -> torch.Tensor:
-    """Every selection that differs from alpha (n,) in exactly one sequence (T tokens each): (n (T - 1), n),
-    ordered by sequence, then token.
+    r"""Every selection that differs from :math:`\alpha` in exactly one sequence, ordered by sequence, then token.
+
+    Parameters
+    ----------
+    alpha : ArrayLike
+        A selection, shape (n,).
+    T : int
+        Tokens per sequence.
+
+    Returns
+    -------
+    Tensor
+        The selections, shape (n(T - 1), n).
+
+    Raises
+    ------
+    ValueError
+        If alpha is not a 1-d array of indices in [0, T).
 
     Examples
     --------
@@ -232,13 +351,32 @@ def _prompt_svm_where_feasible(problem: Problem, key: torch.Tensor,
 
 def locally_optimal(problem: Problem, alpha: ArrayLike, *, norm: str = "fro",
                     key: ArrayLike | None = None) -> np.ndarray:
-    """Whether alpha is locally optimal: its SVM exists and gamma_{i,alpha_i} > gamma_it for every support token t.
+    r"""Whether :math:`\alpha` is locally optimal: its SVM exists and :math:`\gamma_{i\alpha_i} > \gamma_{it}` for every
+    support token t.
 
-    ``norm``: the Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
-    ``key``: for paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (``svm.prompt_svm``).
-    Optimal tokens (alpha = opt) are locally optimal when each is unique and their Att-SVM is feasible; a token
-    tied in score with a support token is not (the comparison is strict). Returns a bool array of batch shape
-    (False where the SVM is infeasible).
+    Optimal tokens (:math:`\alpha` = opt) are locally optimal when each is unique and their Att-SVM is feasible; a
+    token tied in score with a support token is not (the comparison is strict).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    alpha : ArrayLike
+        The selected token of each sequence, shape (..., n).
+    norm : {'fro', 'nuc'}, default='fro'
+        The Att-SVM whose support tokens count ("fro", the definition; "nuc", its analogue for (K, Q)).
+    key : ArrayLike or None, default=None
+        For paper B's prompt model, the key-query matrix: then the SVM is the p-SVM (``svm.prompt_svm``).
+
+    Returns
+    -------
+    ndarray
+        A bool array of the batch shape (False where the SVM is infeasible).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem, T < 2, or norm is not supported.
 
     Examples
     --------
@@ -278,11 +416,30 @@ def locally_optimal(problem: Problem, alpha: ArrayLike, *, norm: str = "fro",
 
 
 def convergence(problem: Problem, W: ArrayLike, *, threshold: float = 0.99) -> np.ndarray:
-    """Classify where gradient descent went, from its final iterate W (..., d, d): "global" if attention selects
-    the optimal tokens and corr(W, W^mm) >= threshold; "local" if it selects other, locally-optimal tokens
-    alpha and corr(W, W_alpha^mm) >= threshold; "none" otherwise. Returns a string array of batch shape.
+    r"""Classify where gradient descent went, from its final iterate W.
 
-    ``W``: one W (d, d) for every problem or one per problem (..., d, d); ``threshold``: a number in [-1, 1].
+    "global" if attention selects the optimal tokens and :math:`\mathrm{corr}(W, W^{mm}) \ge` threshold; "local"
+    if it selects other, locally-optimal tokens :math:`\alpha` and :math:`\mathrm{corr}(W, W^{mm}_\alpha) \ge`
+    threshold; "none" otherwise.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        One W (d, d) for every problem or one per problem (..., d, d).
+    threshold : float, default=0.99
+        A number in [-1, 1].
+
+    Returns
+    -------
+    ndarray
+        A string array of the batch shape.
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem or threshold is not in [-1, 1].
 
     Examples
     --------
@@ -320,11 +477,36 @@ def convergence(problem: Problem, W: ArrayLike, *, threshold: float = 0.99) -> n
 
 def sample_feasible(n: int, T: int, d: int, *, count: int, seed: int, max_draws: int = 2000,
                     selection: str = "optimal") -> tuple[Problem, torch.Tensor, int]:
-    """Up to ``count`` random problems (``data.random_problem``) whose Att-SVM is feasible for the optimal tokens
-    (selection="optimal") or for a random selection ("random"), drawing at most ``max_draws`` candidates.
+    """Up to ``count`` random problems (``data.random_problem``) whose Att-SVM is feasible for the optimal tokens or
+    for a random selection.
 
-    Returns (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than ``count`` when
-    feasibility is rare), their selections, and how many candidates were drawn to find them.
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence.
+    d : int
+        The dimension.
+    count : int
+        How many problems to find.
+    seed : int
+        The seed.
+    max_draws : int, default=2000
+        The most candidates drawn.
+    selection : {'optimal', 'random'}, default='optimal'
+        The selection whose Att-SVM must be feasible.
+
+    Returns
+    -------
+    tuple
+        (problem batch, alpha, draws): the feasible problems in the order drawn (fewer than ``count`` when
+        feasibility is rare), their selections, and how many candidates were drawn to find them.
+
+    Raises
+    ------
+    ValueError
+        If a size is out of range or selection is not supported.
 
     Examples
     --------

@@ -1,5 +1,7 @@
 """The public API, as the reference pages (api/) show it: every function, class and method a user calls has a
-docstring with an example (run by `make test` as a doctest), type hints on its signature, and a place on a page."""
+docstring with an example (run by `make test` as a doctest), type hints on its signature, and a place on a page;
+its docstring is numpydoc (sphinx.ext.napoleon renders its sections as lists), with a Parameters section that lists
+exactly the parameters of its signature, in order, and a Returns (or Yields) section where it returns a value."""
 
 import importlib
 import inspect
@@ -51,6 +53,48 @@ def test_has_type_hints(name, value):
             and p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     assert not bare, f"{name}: parameters without a type hint: {bare}"
     assert signature.return_annotation is not inspect.Signature.empty, f"{name}: no return type hint"
+
+
+def _sections(doc: str) -> dict[str, list[str]]:
+    """The numpydoc sections of a docstring: title -> the lines at the section's own indentation (for Parameters,
+    Returns, Raises: the `name : type` lines, one per entry)."""
+    lines, sections, title = doc.splitlines(), {}, None
+    for k, line in enumerate(lines):
+        if line.strip() and k + 1 < len(lines) and set(lines[k + 1].strip()) == {"-"}:
+            title = line.strip()
+            sections[title] = []
+        elif title and line.strip() and not line[0].isspace() and set(line.strip()) != {"-"}:
+            sections[title].append(line.strip())
+    return sections
+
+
+def _parameters(value) -> list[str]:
+    """The names of a callable's parameters as a caller passes them (no self), [] where it has no signature."""
+    try:
+        signature = inspect.signature(value)
+    except ValueError:  # a builtin's __init__ (an exception class without one of its own)
+        return []
+    return [("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name
+            for p in signature.parameters.values() if p.name not in ("self", "cls")]
+
+
+@pytest.mark.parametrize("name, value", PUBLIC, ids=[name for name, _ in PUBLIC])
+def test_parameters_section_lists_the_signature(name, value):
+    sections = _sections(inspect.getdoc(value) or "")
+    documented = [entry.split(" : ")[0].strip() for entry in sections.get("Parameters", [])]
+    assert documented == _parameters(value), (f"{name}: its Parameters section lists {documented}, its signature "
+                                              f"{_parameters(value)} (numpydoc: one `name : type` line each)")
+    assert "Parameters" in sections or not documented
+
+
+@pytest.mark.parametrize("name, value", [(n, v) for n, v in PUBLIC if inspect.isfunction(v)],
+                         ids=[n for n, v in PUBLIC if inspect.isfunction(v)])
+def test_returns_section_where_a_value_is_returned(name, value):
+    returns = inspect.signature(value).return_annotation
+    sections = _sections(inspect.getdoc(value) or "")
+    if returns not in (None, "None"):
+        assert "Returns" in sections or "Yields" in sections, f"{name} returns {returns} but has no Returns section"
+    assert list(sections)[-1] == "Examples", f"{name}: the Examples section must come last, got {list(sections)}"
 
 
 @pytest.mark.parametrize("namespace", sorted(set(PAGES)))

@@ -13,11 +13,24 @@ __all__ = ["check"]
 
 def check(name: str, function: Callable[..., ArrayLike], *args: Any, expected: ArrayLike,
           tol: float = 1e-6) -> None:
-    """Call ``function(*args)`` and print whether it matches ``expected`` (max abs difference <= tol).
+    r"""Call ``function(*args)`` and print whether it matches ``expected`` (max abs difference :math:`\le` tol).
 
-    A correct result is reported without its difference, which is round-off and differs between processors
-    (the book's stored outputs must not); a wrong one with it; a function that raises NotImplementedError is
-    reported as not implemented yet.
+    A correct result is reported without its difference, which is round-off and differs between processors (the
+    book's stored outputs must not); a wrong one with it; a function that raises NotImplementedError is reported
+    as not implemented yet.
+
+    Parameters
+    ----------
+    name : str
+        What is checked, as printed.
+    function : Callable
+        The student's function.
+    *args : object
+        Its arguments.
+    expected : ArrayLike
+        The expected result.
+    tol : float, default=1e-06
+        The largest absolute difference accepted.
 
     Examples
     --------

@@ -91,8 +91,18 @@ def use_style() -> None:
 
 
 def smallest_text(fig: Figure) -> float:
-    """The smallest font size, in points, of the visible non-empty texts of ``fig`` (tick labels, labels, titles,
-    legends, annotations); inf for a figure without text.
+    """The smallest font size of the visible non-empty texts of a figure (tick labels, labels, titles, legends,
+    annotations).
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure.
+
+    Returns
+    -------
+    float
+        The size in points; inf for a figure without text.
 
     Examples
     --------
@@ -122,10 +132,28 @@ def _with_text(data: bytes, key: str, value: str) -> bytes:
 
 
 def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: bool = True) -> tuple[bytes, dict]:
-    """``fig`` as PNG bytes (saved at ``dpi``, cropped to what it draws unless tight=False: a figure whose layout
-    fills it saves faster uncropped) and the display metadata {"width": CSS px} that
-    shows it at ``CSS_PX_PER_INCH``; raises ValueError if its smallest text would be displayed below
-    ``MIN_TEXT_PX`` CSS pixels in a column ``column_px`` wide (the book's, or a phone's for a phone layout).
+    """A figure as PNG bytes and the display metadata that shows it at ``CSS_PX_PER_INCH``.
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure.
+    dpi : int, default=200
+        The resolution.
+    column_px : float, default=672
+        The column it is shown in, in CSS pixels (the book's, or a phone's for a phone layout).
+    tight : bool, default=True
+        Crop to what it draws; False: a figure whose layout fills it saves faster uncropped.
+
+    Returns
+    -------
+    tuple
+        The PNG bytes and ``{"width": CSS px}``.
+
+    Raises
+    ------
+    ValueError
+        If its smallest text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column.
 
     Examples
     --------
@@ -160,8 +188,23 @@ def _png_width(data: bytes) -> int:
 
 
 def output(fig: Figure) -> tuple[bytes, dict]:
-    """IPython's PNG of ``fig``: ``png(fig)``, and, where ``fig`` needs one, its phone layout (``phone_png``) as a
-    base64 PNG in the metadata under ``PHONE_KEY``.
+    """IPython's PNG of a figure, with its phone layout where it needs one.
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure.
+
+    Returns
+    -------
+    tuple
+        ``png(fig)``'s bytes and metadata; where ``fig`` needs one, the metadata holds its phone layout
+        (``phone_png``) as a base64 PNG under ``PHONE_KEY``.
+
+    Raises
+    ------
+    ValueError
+        As ``png`` and ``phone_layout`` do.
 
     Examples
     --------
@@ -183,8 +226,26 @@ def output(fig: Figure) -> tuple[bytes, dict]:
 
 
 def phone_png(fig: Figure, data: bytes, *, dpi: int = DPI) -> bytes | None:
-    """The PNG of ``fig``'s phone layout (``phone_layout``, saved by ``png`` for a ``PHONE_COLUMN_PX`` column), or
-    None where ``data``, the PNG of ``fig`` saved by ``png`` at ``dpi``, fits a phone as it is (``fits_phone``).
+    """The PNG of a figure's phone layout, or None where the figure fits a phone as it is (``fits_phone``).
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure.
+    data : bytes
+        Its PNG, saved by ``png`` at ``dpi``.
+    dpi : int, default=200
+        The resolution of ``data``.
+
+    Returns
+    -------
+    bytes or None
+        The PNG of ``phone_layout(fig)``, saved by ``png`` for a ``PHONE_COLUMN_PX`` column, or None.
+
+    Raises
+    ------
+    ValueError
+        As ``phone_layout`` does.
 
     Examples
     --------
@@ -203,8 +264,20 @@ def phone_png(fig: Figure, data: bytes, *, dpi: int = DPI) -> bytes | None:
 
 
 def fits_phone(data: bytes, dpi: int = DPI) -> bool:
-    """Whether ``data``, a PNG saved by ``png`` at ``dpi``, shows text of at least ``MIN_TEXT_PX`` CSS px when
-    scaled down to a phone's column (``PHONE_COLUMN_PX``); then the book scales it there.
+    """Whether a PNG shows text of at least ``MIN_TEXT_PX`` CSS px when scaled down to a phone's column
+    (``PHONE_COLUMN_PX``); then the book scales it there.
+
+    Parameters
+    ----------
+    data : bytes
+        A PNG saved by ``png``.
+    dpi : int, default=200
+        The resolution it was saved at.
+
+    Returns
+    -------
+    bool
+        Whether it fits.
 
     Examples
     --------
@@ -222,16 +295,35 @@ def fits_phone(data: bytes, dpi: int = DPI) -> bool:
 
 
 def phone_layout(fig: Figure, like: Figure | None = None, *, in_place: bool = False) -> Figure:
-    """A copy of ``fig`` laid out for a phone: ``PHONE_WIDTH`` wide, its panels (the axes of its grids, a twin
-    with its axes) stacked in one column in reading order, each as tall as its row was; tick labels and axis
-    labels that a shared axis had left to a neighbour shown on every panel; figure legends under the panels and
-    axes legends in as many columns as fit their axes; of x ticks fixed by hand, as many labels as fit; the
-    constrained layout, or, to save its cost, the size and the axes' places of ``like``, a phone layout
-    drawn before of a figure with the same axes (an explorer's frames). ``fig`` is not changed, unless
-    in_place=True: then it is laid out itself and returned (for a figure that is not shown again).
+    """A copy of a figure laid out for a phone: ``PHONE_WIDTH`` wide, its panels stacked in one column in reading
+    order.
 
-    Raises ValueError for a figure it cannot lay out: axes placed by hand (``fig.add_axes``) or texts placed on
-    the figure (``fig.text``), which the new layout would misplace.
+    The panels (the axes of its grids, a twin with its axes) are each as tall as their row was; tick labels and
+    axis labels that a shared axis had left to a neighbour are shown on every panel; figure legends go under the
+    panels and axes legends take as many columns as fit their axes; of x ticks fixed by hand, as many labels as
+    fit. The layout is the constrained layout, or, to save its cost, the size and the axes' places of ``like``.
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure.
+    like : Figure or None, default=None
+        A phone layout drawn before of a figure with the same axes (an explorer's frames).
+    in_place : bool, default=False
+        Lay out ``fig`` itself and return it (for a figure that is not shown again); otherwise ``fig`` is not
+        changed.
+
+    Returns
+    -------
+    Figure
+        The phone layout.
+
+    Raises
+    ------
+    ValueError
+        For a figure it cannot lay out: axes placed by hand (``fig.add_axes``) or texts placed on the figure
+        (``fig.text``), which the new layout would misplace; a figure that cannot be copied; or ``like`` with
+        other axes.
 
     Examples
     --------
@@ -389,8 +481,24 @@ def _legends_below(fig: Figure, resize: bool = True) -> None:
 
 
 def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float = COLUMN_PX) -> float:
-    """CSS pixels of a ``points``-pt text in a PNG of ``width_px`` image pixels saved at ``dpi``, shown at
-    ``CSS_PX_PER_INCH`` but never wider than ``column_px``.
+    """The CSS pixels of a text of ``points`` pt in a PNG shown at ``CSS_PX_PER_INCH``, but never wider than
+    ``column_px``.
+
+    Parameters
+    ----------
+    points : float
+        The text's size in points.
+    width_px : int
+        The PNG's width in image pixels.
+    dpi : float
+        The resolution it was saved at.
+    column_px : float, default=672
+        The column's width in CSS pixels.
+
+    Returns
+    -------
+    float
+        The displayed size in CSS pixels.
 
     Examples
     --------
@@ -405,9 +513,26 @@ def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float
 
 
 def table(header: Sequence[object], rows: Sequence[Sequence[object]], caption: str = "") -> Markdown:
-    """A table the book renders as one (cells may hold math in dollar signs), with ``caption`` as a paragraph
-    under it.
-    header: the column titles; rows: one sequence of cells per row, as many as titles.
+    """A table the book renders as one (cells may hold math in dollar signs), with a caption under it.
+
+    Parameters
+    ----------
+    header : Sequence
+        The column titles.
+    rows : Sequence
+        One sequence of cells per row, as many as titles.
+    caption : str, default=''
+        A paragraph under the table.
+
+    Returns
+    -------
+    Markdown
+        The table.
+
+    Raises
+    ------
+    ValueError
+        If a row does not have as many cells as the header.
 
     Examples
     --------
@@ -430,11 +555,33 @@ def table(header: Sequence[object], rows: Sequence[Sequence[object]], caption: s
 
 def svm_picture(ax: Axes, tokens: ArrayLike, alpha: int, w: ArrayLike, *, support: ArrayLike | None = None,
                 color: str = PALETTE["blue"], label: str = "") -> None:
-    """One sequence's tokens in R^2 and its Att-SVM geometry, for w = W^mm z_i.
+    r"""One sequence's tokens in :math:`\mathbb{R}^2` and its Att-SVM geometry, for :math:`w = W^{mm} z_i`.
 
-    Draws the tokens (the selected one, index ``alpha``, as a star; support tokens ringed), the direction of
-    w, and the lines {x : (x_alpha - x)^T w = c} for c = 0 (through the selected token), 1/2 (the max-margin
+    Draws the tokens (the selected one as a star; support tokens ringed), the direction of w, and the lines
+    :math:`\{x : (x_\alpha - x)^\top w = c\}` for c = 0 (through the selected token), 1/2 (the max-margin
     separating line, solid) and 1 (through the support tokens).
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    tokens : ArrayLike
+        The tokens, shape (T, 2).
+    alpha : int
+        The selected token.
+    w : ArrayLike
+        :math:`W^{mm} z_i`, shape (2,).
+    support : ArrayLike or None, default=None
+        The support tokens (a boolean mask (T,)).
+    color : str, default='#0072B2'
+        The colour.
+    label : str, default=''
+        The legend's label.
+
+    Raises
+    ------
+    ValueError
+        If tokens is not (T, 2) or w not (2,).
 
     Examples
     --------
@@ -467,8 +614,24 @@ def svm_picture(ax: Axes, tokens: ArrayLike, alpha: int, w: ArrayLike, *, suppor
 
 def line(ax: Axes, point: ArrayLike, normal: ArrayLike, *, reach: float = 100.0, color: str = PALETTE["black"],
          linestyle: str = "-", label: str | None = None) -> None:
-    """The line through ``point`` orthogonal to ``normal`` (a separating hyperplane in R^2), drawn ``reach``
-    either side of the point.
+    r"""The line through ``point`` orthogonal to ``normal`` (a separating hyperplane in :math:`\mathbb{R}^2`).
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    point : ArrayLike
+        A point of the line, shape (2,).
+    normal : ArrayLike
+        Its normal, shape (2,).
+    reach : float, default=100.0
+        How far the line is drawn on either side of the point.
+    color : str, default='#000000'
+        The colour.
+    linestyle : str, default='-'
+        The line style.
+    label : str or None, default=None
+        The legend's label.
 
     Examples
     --------
@@ -489,7 +652,23 @@ def line(ax: Axes, point: ArrayLike, normal: ArrayLike, *, reach: float = 100.0,
 
 def ray(ax: Axes, direction: ArrayLike, *, length: float = 100.0, color: str = PALETTE["black"],
         linestyle: str = "--", label: str | None = None) -> None:
-    """The ray from the origin along ``direction`` (an SVM direction, e.g. W^mm z_i, in R^2), ``length`` long.
+    r"""The ray from the origin along ``direction`` (an SVM direction, e.g. :math:`W^{mm} z_i`, in
+    :math:`\mathbb{R}^2`).
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    direction : ArrayLike
+        The direction, shape (2,).
+    length : float, default=100.0
+        Its length.
+    color : str, default='#000000'
+        The colour.
+    linestyle : str, default='--'
+        The line style.
+    label : str or None, default=None
+        The legend's label.
 
     Examples
     --------
@@ -509,8 +688,22 @@ def ray(ax: Axes, direction: ArrayLike, *, length: float = 100.0, color: str = P
 
 def path(ax: Axes, points: ArrayLike, *, arrow_every: int = 0, color: str = PALETTE["blue"], linestyle: str = "-",
          label: str | None = None) -> None:
-    """A trajectory of points (K, 2) in R^2 (e.g. W(k) z_i or p(k)), with an arrowhead every ``arrow_every``
-    points (none for 0).
+    r"""A trajectory of points in :math:`\mathbb{R}^2` (e.g. :math:`W(k) z_i` or p(k)), with arrowheads.
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    points : ArrayLike
+        The points, shape (K, 2).
+    arrow_every : int, default=0
+        An arrowhead every this many points (none for 0).
+    color : str, default='#0072B2'
+        The colour.
+    linestyle : str, default='-'
+        The line style.
+    label : str or None, default=None
+        The legend's label.
 
     Examples
     --------
@@ -532,9 +725,34 @@ def path(ax: Axes, points: ArrayLike, *, arrow_every: int = 0, color: str = PALE
 
 def band(ax: Axes, x: ArrayLike, runs: ArrayLike, *, color: str | None = None, label: str | None = None,
          spread: str = "std", log: bool = False, linestyle: str = "-") -> None:
-    """The mean over runs (axis 1 of ``runs``, shape (len(x), runs)) with a shaded band: +-1 standard deviation
-    (spread="std"), the standard error ("sem") or the 10th-90th percentiles ("percentile"). With log=True the
-    mean is geometric and the band is taken on log values (for quantities that decay over decades).
+    r"""The mean over runs with a shaded band.
+
+    With log=True the mean is geometric and the band is taken on log values (for quantities that decay over
+    decades).
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    x : ArrayLike
+        The abscissae.
+    runs : ArrayLike
+        The values, shape (len(x), runs).
+    color : str or None, default=None
+        The colour (None: the next of the palette).
+    label : str or None, default=None
+        The legend's label.
+    spread : {'std', 'sem', 'percentile'}, default='std'
+        :math:`\pm 1` standard deviation, the standard error, or the 10th-90th percentiles.
+    log : bool, default=False
+        Geometric mean, band on log values.
+    linestyle : str, default='-'
+        The mean's line style.
+
+    Raises
+    ------
+    ValueError
+        If spread is not supported.
 
     Examples
     --------

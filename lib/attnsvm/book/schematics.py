@@ -38,8 +38,25 @@ BAR = 3.0  # axis units of attention_model's bar for attention 1
 
 
 def shared_query_problem(problem: Problem) -> Problem:
-    """``problem`` (d = 2) with every query replaced by z = (1, 0). Then <A_it, W> = (x_ia - x_it)^T W z, so the
-    loss and the Att-SVM depend on W only through its first column w = W z: the space of W becomes a plane.
+    r"""A problem (d = 2) with every query replaced by z = (1, 0).
+
+    Then :math:`\langle A_{it}, W\rangle = (x_{ia} - x_{it})^\top W z`, so the loss and the Att-SVM depend on W
+    only through its first column w = Wz: the space of W becomes a plane.
+
+    Parameters
+    ----------
+    problem : Problem
+        One problem with tokens in :math:`\mathbb{R}^2`.
+
+    Returns
+    -------
+    Problem
+        The problem with the shared query.
+
+    Raises
+    ------
+    ValueError
+        If problem is a batch or its tokens are not in :math:`\mathbb{R}^2`.
 
     Examples
     --------
@@ -56,13 +73,37 @@ def shared_query_problem(problem: Problem) -> Problem:
 
 
 def ball_minimizers(problem: Problem, radii: ArrayLike, *, angles: int = 2880, rings: int = 100) -> np.ndarray:
-    """w_R = W_R z, where W_R minimizes the logistic loss over {||W||_F <= R}, for a ``shared_query_problem``: the
-    best point of a polar grid of the disk of radius R (``angles`` directions, ``rings`` radii up to R), refined,
-    when it lies on the circle ||w|| = R, by a bounded one-dimensional search over the angle within one grid step
-    on either side. Shape (len(radii), 2). Its accuracy is limited by how flat the loss is in float64, which
-    grows with R (the tests compare it with ``train.regularization_path`` up to R = 8). The grid makes it the global
-    minimizer unless the loss has a deeper dip narrower than the grid's spacing (2 pi / angles in angle, R / rings
-    in norm), or two basins whose minima differ by less than the grid's error.
+    r""":math:`w_R = W_R z`, where :math:`W_R` minimizes the logistic loss over :math:`\{\|W\|_F \le R\}`, for a
+    ``shared_query_problem``.
+
+    The best point of a polar grid of the disk of radius R (``angles`` directions, ``rings`` radii up to R),
+    refined, when it lies on the circle :math:`\|w\| = R`, by a bounded one-dimensional search over the angle within
+    one grid step on either side. Its accuracy is limited by how flat the loss is in float64, which grows with R
+    (the tests compare it with ``train.regularization_path`` up to R = 8). The grid makes it the global minimizer
+    unless the loss has a deeper dip narrower than the grid's spacing (:math:`2\pi`/angles in angle, R/rings in
+    norm), or two basins whose minima differ by less than the grid's error.
+
+    Parameters
+    ----------
+    problem : Problem
+        A ``shared_query_problem``.
+    radii : ArrayLike
+        Positive finite radii.
+    angles : int, default=2880
+        Directions of the grid, at least 4.
+    rings : int, default=100
+        Radii of the grid, at least 1.
+
+    Returns
+    -------
+    ndarray
+        :math:`w_R`, shape (len(radii), 2).
+
+    Raises
+    ------
+    ValueError
+        If problem does not have the shared query z = (1, 0), radii is empty or not positive, or angles < 4 or
+        rings < 1.
 
     Examples
     --------
@@ -110,9 +151,21 @@ def _box(ax, x: float, y: float, text: str, *, width: float, color: str, height:
 
 
 def attention_model(ax: Axes, scores: ArrayLike) -> None:
-    """The attention model as a diagram on ``ax``: tokens x_1..x_T, the query z, the scores x_t^T W z
-    (``scores``, shape (T,), 2 <= T <= 6), the attention s = softmax(X W z) as bars (``BAR`` long for s_t = 1),
-    and the output v^T X^T s.
+    r"""The attention model as a diagram: tokens :math:`x_1, \dots, x_T`, the query z, the scores
+    :math:`x_t^\top W z`, the attention :math:`s = \mathrm{softmax}(XWz)` as bars and the output
+    :math:`v^\top X^\top s`.
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    scores : ArrayLike
+        The scores, shape (T,), :math:`2 \le T \le 6` (the bars are ``BAR`` long for :math:`s_t = 1`).
+
+    Raises
+    ------
+    ValueError
+        If scores is not T finite numbers with :math:`2 \le T \le 6`.
 
     Examples
     --------
@@ -156,10 +209,34 @@ def _deltas(problem: Problem, alpha: ArrayLike) -> np.ndarray:
 
 
 def separation(ax: Axes, problem: Problem, alpha: ArrayLike, W_mm: ArrayLike, *, tol: float = 1e-6) -> np.ndarray:
-    """Token selection as separation, for a ``shared_query_problem``: the points x_ia - x_it (standing for
-    A_it = (x_ia - x_it) z^T), the line <A, W_mm> = 0 through 0 (orthogonal to w = W_mm z), the margin line
-    <A, W_mm> = 1 through the support points (ringed: margin within ``tol`` of 1), and the direction of W_mm.
-    Returns the margins <A_it, W_mm>, shape (n (T - 1),).
+    r"""Token selection as separation, for a ``shared_query_problem``.
+
+    Draws the points :math:`x_{ia} - x_{it}` (standing for :math:`A_{it} = (x_{ia} - x_{it}) z^\top`), the line
+    :math:`\langle A, W_{mm}\rangle = 0` through 0 (orthogonal to :math:`w = W_{mm} z`), the margin line
+    :math:`\langle A, W_{mm}\rangle = 1` through the support points (ringed) and the direction of :math:`W_{mm}`.
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    problem : Problem
+        A ``shared_query_problem``.
+    alpha : ArrayLike
+        The selected tokens, shape (n,).
+    W_mm : ArrayLike
+        Its Att-SVM, 2 x 2.
+    tol : float, default=1e-06
+        A point is ringed when its margin is within tol of 1.
+
+    Returns
+    -------
+    ndarray
+        The margins :math:`\langle A_{it}, W_{mm}\rangle`, shape (n(T - 1),).
+
+    Raises
+    ------
+    ValueError
+        If W_mm is not the 2 x 2 Att-SVM of a shared-query problem (its second column zero).
 
     Examples
     --------
@@ -206,10 +283,34 @@ def separation(ax: Axes, problem: Problem, alpha: ArrayLike, W_mm: ArrayLike, *,
 
 
 def path_turn(ax_plane: Axes, ax_angle: Axes, radii: ArrayLike, w: ArrayLike, W_mm: ArrayLike) -> np.ndarray:
-    """The regularization path of a ``shared_query_problem`` in a picture: on ``ax_plane`` the unit directions of
-    w_R = W_R z (``w``, shape (len(radii), 2), e.g. ``ball_minimizers``), darker for larger R, and the direction
-    of W_mm; on ``ax_angle`` the angle between W_R and W_mm, in degrees, against R (log scale). Returns the
-    angles.
+    """The regularization path of a ``shared_query_problem`` in a picture, and the angles it turns through.
+
+    On ``ax_plane`` the unit directions of :math:`w_R = W_R z`, darker for larger R, and the direction of
+    :math:`W_{mm}`; on ``ax_angle`` the angle between :math:`W_R` and :math:`W_{mm}`, in degrees, against R (log
+    scale).
+
+    Parameters
+    ----------
+    ax_plane : Axes
+        Where to draw the directions.
+    ax_angle : Axes
+        Where to draw the angles.
+    radii : ArrayLike
+        The radii R.
+    w : ArrayLike
+        :math:`w_R`, shape (len(radii), 2), e.g. ``ball_minimizers``.
+    W_mm : ArrayLike
+        The Att-SVM, 2 x 2.
+
+    Returns
+    -------
+    ndarray
+        The angles in degrees, shape (len(radii),).
+
+    Raises
+    ------
+    ValueError
+        If W_mm is not 2 x 2 or w not (len(radii), 2).
 
     Examples
     --------
@@ -267,9 +368,26 @@ def _node(stem: str, sources: Mapping[str, str]) -> str | None:
 
 
 def prerequisites(sources: Mapping[str, str]) -> nx.DiGraph:
-    """The chapters' prerequisite graph: an edge u -> v for every chapter u that chapter v's "Prerequisites:"
-    paragraph cross-references (a MyST ref role to a chapter label), with kind "background" when the sentence
-    says "background" and "needs" otherwise. ``sources``: file stem -> MyST text of every page (book_src/*.md).
+    """The chapters' prerequisite graph.
+
+    An edge :math:`u \\to v` for every chapter u that chapter v's "Prerequisites:" paragraph cross-references (a
+    MyST ref role to a chapter label), with kind "background" when the sentence says "background" and "needs"
+    otherwise.
+
+    Parameters
+    ----------
+    sources : dict
+        File stem to MyST text of every page (book_src/*.md).
+
+    Returns
+    -------
+    networkx.DiGraph
+        The graph.
+
+    Raises
+    ------
+    ValueError
+        If a chapter has no "Prerequisites:" paragraph, or refers to a label no page defines.
 
     Examples
     --------
@@ -304,6 +422,11 @@ def prerequisites(sources: Mapping[str, str]) -> nx.DiGraph:
 def book_prerequisites() -> nx.DiGraph:
     """The book's own prerequisite graph (``prerequisites`` of book_src/*.md), as stored in PREREQUISITES_FILE.
 
+    Returns
+    -------
+    networkx.DiGraph
+        The graph.
+
     Examples
     --------
     >>> from attnsvm.book import schematics
@@ -323,12 +446,31 @@ def _order(node: str) -> tuple[float, ...]:
 
 
 def chapter_graph(ax: Axes, graph: nx.DiGraph, parts: Mapping[str, Sequence[str]]) -> nx.DiGraph:
-    """Draw ``graph`` (from ``prerequisites``) in layers, each chapter below all it needs, with the edges that
-    other "needs" paths imply left out (the transitive reduction of the "needs" edges) and the "background"
-    edges that no "needs" path implies dashed, and the chapters coloured by
-    ``parts`` (part name -> chapter names, in legend order). An edge that skips layers runs through places of its
-    own in the layers it crosses, so that it never passes behind a chapter; each layer is ordered by the mean
-    place of what it hangs from. Returns the graph of the drawn edges.
+    """Draw a prerequisite graph in layers, each chapter below all it needs.
+
+    The edges that other "needs" paths imply are left out (the transitive reduction of the "needs" edges) and the
+    "background" edges that no "needs" path implies are dashed. An edge that skips layers runs through places of
+    its own in the layers it crosses, so that it never passes behind a chapter; each layer is ordered by the mean
+    place of what it hangs from.
+
+    Parameters
+    ----------
+    ax : Axes
+        Where to draw.
+    graph : networkx.DiGraph
+        The graph (from ``prerequisites``).
+    parts : dict
+        Part name to chapter names, in legend order; the chapters are coloured by part.
+
+    Returns
+    -------
+    networkx.DiGraph
+        The graph of the drawn edges.
+
+    Raises
+    ------
+    ValueError
+        If graph has a cycle, or parts misses a chapter.
 
     Examples
     --------

@@ -75,12 +75,27 @@ def _label(value) -> str:
 
 def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
            ) -> tuple[list[str], list[list], list[str] | None]:
-    """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest)
-    and return the frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds), the value lists
-    and the frames' phone layouts (``plots.phone_layout``, all alike; None where no frame needs one).
+    """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest).
 
-    Raises ValueError if two frames that differ in one control's value are identical: that control would
-    change no pixel.
+    Parameters
+    ----------
+    draw : Callable
+        Draws one figure from keyword arguments.
+    **controls : Sequence
+        name=[values...], as in ``explorer``.
+
+    Returns
+    -------
+    tuple
+        The frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds), the value lists and the
+        frames' phone layouts (``plots.phone_layout``, all alike; None where no frame needs one).
+
+    Raises
+    ------
+    ValueError
+        If there is no control, a control has fewer than two values or repeats one, the controls make more than
+        ``MAX_FRAMES`` frames, or two frames that differ in one control's value are identical (that control would
+        change no pixel).
 
     Examples
     --------
@@ -132,9 +147,20 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
 def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -> None:
     """Display an explorer of ``draw(**values)``, which draws one matplotlib figure (and may return it).
 
-    controls: name=[values...], the first value the default (the static figure shown above the explorer).
-    Numeric values are put on the slider in ascending order, others in the order given. Every combination is
-    drawn in advance (at most ``MAX_FRAMES``), so keep the lists short.
+    Numeric values are put on the slider in ascending order, others in the order given. Every combination is drawn
+    in advance (at most ``MAX_FRAMES``), so keep the lists short.
+
+    Parameters
+    ----------
+    draw : Callable
+        Draws one figure from keyword arguments.
+    **controls : Sequence
+        name=[values...], the first value the default (the static figure shown above the explorer).
+
+    Raises
+    ------
+    ValueError
+        As ``frames`` does.
 
     Examples
     --------

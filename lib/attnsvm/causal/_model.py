@@ -55,7 +55,24 @@ def _checked_logits(problem: SequenceProblem, W, name: str = "W") -> torch.Tenso
 
 
 def logits(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
-    """Attention logits x_it^T W x_ik, shape (..., n, K, T), -inf where t is not a candidate of query k.
+    r"""Attention logits :math:`x_{it}^\top W x_{ik}`, :math:`-\infty` where t is not a candidate of query k.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+
+    Returns
+    -------
+    Tensor
+        The logits, shape (..., n, K, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -70,7 +87,24 @@ def logits(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
 
 
 def attention(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
-    """Attention probabilities s_ikt (softmax over the candidates), shape (..., n, K, T), 0 off the candidates.
+    """Attention probabilities :math:`s_{ikt}` (softmax over the candidates), 0 off the candidates.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+
+    Returns
+    -------
+    Tensor
+        The probabilities, shape (..., n, K, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -85,7 +119,24 @@ def attention(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
 
 
 def outputs(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
-    """f_ik = sum_t s_ikt gamma_ikt = v_ik^T X_i^T s_ik, shape (..., n, K).
+    r"""The outputs :math:`f_{ik} = \sum_t s_{ikt}\gamma_{ikt} = v_{ik}^\top X_i^\top s_{ik}`.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+
+    Returns
+    -------
+    Tensor
+        The outputs, shape (..., n, K).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem.
 
     Examples
     --------
@@ -100,7 +151,26 @@ def outputs(problem: SequenceProblem, W: ArrayLike) -> torch.Tensor:
 
 
 def loss(problem: SequenceProblem, W: ArrayLike, loss: str = "logistic") -> torch.Tensor:
-    """The risk (1/(n K)) sum_{i,k} l(f_ik) (labels +1), shape (...,); ``loss``: a name of ``model.LOSSES``.
+    r"""The risk :math:`\frac{1}{nK}\sum_{i,k} \ell(f_{ik})` (labels +1).
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Tensor
+        The risk, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem or loss is not a name of ``model.LOSSES``.
 
     Examples
     --------
@@ -177,16 +247,36 @@ class _Plan:
 
 def weight_gradient(problem: SequenceProblem, W: ArrayLike,
                     loss: str = "logistic") -> tuple[torch.Tensor, torch.Tensor, LogitGradient]:
-    """(direction (..., d, d), log_scale (...,), LogitGradient): the exact gradient of ``loss``,
-    dL/dW = exp(log_scale) * direction, however far softmax saturates, as ``train.weight_gradient`` returns it.
+    r"""The exact gradient :math:`\partial L/\partial W = e^{\mathrm{log\_scale}}\,\mathrm{direction}`, however far
+    softmax saturates, as ``train.weight_gradient`` returns it.
 
     Each query is paper A's model with one sequence, its own head and label +1, whose logit gradient
-    ``train.logit_gradient`` computes exactly as exp(log_scale_q) * direction_q. The queries are combined in
-    log space, sum_q exp(log_scale_q - M) direction_q with M the largest log scale, so that no query's
-    contribution underflows before the sum: dL/dW = exp(M) / (n K) * sum_ikt g_ikt x_it x_ik^T. The LogitGradient
-    holds the logit gradient of every query, dL/dlogits = exp(log_scale) * direction (..., n, K, T) (0 off the
-    candidates and for a query with one candidate), and the probabilities (..., n, K, T), outputs f and log
-    slopes log |dL/df_ik| (..., n, K).
+    ``train.logit_gradient`` computes exactly as :math:`e^{\mathrm{log\_scale}_q}\,\mathrm{direction}_q`. The
+    queries are combined in log space, :math:`\sum_q e^{\mathrm{log\_scale}_q - M}\,\mathrm{direction}_q` with M
+    the largest log scale, so that no query's contribution underflows before the sum:
+    :math:`\partial L/\partial W = \frac{e^M}{nK}\sum_{ikt} g_{ikt}\, x_{it} x_{ik}^\top`.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    tuple
+        (direction (..., d, d), log_scale (...), LogitGradient). The LogitGradient holds the logit gradient of
+        every query, :math:`\partial L/\partial\,\mathrm{logits}` (..., n, K, T) (0 off the candidates and for a
+        query with one candidate), and the probabilities (..., n, K, T), outputs f and log slopes
+        :math:`\log|\partial L/\partial f_{ik}|` (..., n, K).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem or loss is not a name of ``model.LOSSES``.
 
     Examples
     --------
@@ -224,7 +314,27 @@ def _checked_gradient(result: tuple, blame: str) -> tuple:
 
 
 def loss_gradient(problem: SequenceProblem, W: ArrayLike, loss: str = "logistic") -> torch.Tensor:
-    """dL/dW (..., d, d); it underflows to 0 only where the true gradient is below the smallest float64.
+    r"""The gradient :math:`\partial L/\partial W`; it underflows to 0 only where the true gradient is below the
+    smallest float64.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Tensor
+        The gradient, shape (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If W does not fit the problem or loss is not a name of ``model.LOSSES``.
 
     Examples
     --------
@@ -258,14 +368,43 @@ def _initial(problem: SequenceProblem, init, seed: int) -> torch.Tensor:
 def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = True,
        init: str | ArrayLike | None = None, seed: int = 0, record_every: int = 1,
        loss: str = "logistic") -> Trajectory:
-    """Gradient descent on W for every problem of the batch: W(k+1) = W(k) - lr G / ||G||_F (normalized) or
-    W(k) - lr G (plain, paper C's Definition 3.7), with G the exact ``weight_gradient``, on the training loop of
-    ``train.gd``.
+    r"""Gradient descent on W for every problem of the batch: :math:`W \leftarrow W - \eta\, G/\|G\|_F` (normalized) or
+    :math:`W - \eta\, G` (plain, paper C's Definition 3.7).
 
-    ``init``: None or "zeros" (the default, as ``train.gd``), "uniform" (torch.nn.Linear's default, seeded by
-    ``seed``), or an initial W (d, d) or (..., d, d). Records W, the attention probabilities (..., n, K, T) and
-    the loss at steps 0, record_every, ..., ``steps``. Refuses more than ``model.MAX_STEPS`` steps or
-    ``model.MAX_RECORDS`` records; raises FloatingPointError if W overflows (lower lr).
+    G is the exact ``weight_gradient``, on the training loop of ``train.gd``.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    normalized : bool, default=True
+        Normalized steps, or plain.
+    init : str, ArrayLike or None, default=None
+        None or "zeros" (as ``train.gd``), "uniform" (torch.nn.Linear's default, seeded by ``seed``), or an
+        initial W (d, d) or (..., d, d).
+    seed : int, default=0
+        The seed of "uniform".
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Trajectory
+        W, the attention probabilities (..., n, K, T) and the loss at steps 0, ``record_every``, ..., ``steps``.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, or the run would take more than ``model.MAX_STEPS`` steps or
+        ``model.MAX_RECORDS`` records.
+    FloatingPointError
+        If W overflows (lower lr).
 
     Examples
     --------

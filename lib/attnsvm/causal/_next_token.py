@@ -68,9 +68,24 @@ def _token_ids(value, name: str, upper: int | None, ndim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class NTPProblem:
-    """Next-token prediction data: ``ids`` (n, T) token ids, ``labels`` (n,) the next token of each sequence, and
-    ``embeddings`` (K, d) the vocabulary. The query of sequence i is its last token; every label must occur in its
-    sequence (the model can only output tokens it attends to).
+    """Next-token prediction data.
+
+    The query of sequence i is its last token; every label must occur in its sequence (the model can only output
+    tokens it attends to).
+
+    Parameters
+    ----------
+    ids : Tensor
+        The token ids, shape (n, T).
+    labels : Tensor
+        The next token of each sequence, shape (n,).
+    embeddings : Tensor
+        The vocabulary's embeddings, shape (K, d).
+
+    Raises
+    ------
+    ValueError
+        If a label does not occur in its sequence, an id is out of range, or the shapes do not fit.
 
     Examples
     --------
@@ -147,8 +162,30 @@ def _problem(problem) -> NTPProblem:
 
 
 def ntp_problem(ids: ArrayLike, labels: ArrayLike, *, d: int, seed: int, K: int | None = None) -> NTPProblem:
-    """An ``NTPProblem`` with K random unit-norm Gaussian embeddings in R^d (seeded); K defaults to the largest
-    id or label plus one.
+    r"""An ``NTPProblem`` with K random unit-norm Gaussian embeddings in :math:`\mathbb{R}^d` (seeded).
+
+    Parameters
+    ----------
+    ids : ArrayLike
+        The token ids, shape (n, T).
+    labels : ArrayLike
+        The next token of each sequence, shape (n,).
+    d : int
+        The dimension.
+    seed : int
+        The seed.
+    K : int or None, default=None
+        The size of the vocabulary (None: the largest id or label plus one).
+
+    Returns
+    -------
+    NTPProblem
+        The problem.
+
+    Raises
+    ------
+    ValueError
+        If a label does not occur in its sequence, or an id is out of range.
 
     Examples
     --------
@@ -182,7 +219,24 @@ def _logits(problem: NTPProblem, W: torch.Tensor, name: str = "W") -> torch.Tens
 
 
 def ntp_logits(problem: NTPProblem, W: ArrayLike) -> torch.Tensor:
-    """The attention logits x_it^T W z_i of the last token's query, shape (n, T).
+    r"""The attention logits :math:`x_{it}^\top W z_i` of the last token's query.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    W : ArrayLike
+        The key-query matrix, shape (d, d).
+
+    Returns
+    -------
+    Tensor
+        The logits, shape (n, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not have shape (d, d).
 
     Examples
     --------
@@ -197,7 +251,24 @@ def ntp_logits(problem: NTPProblem, W: ArrayLike) -> torch.Tensor:
 
 
 def ntp_attention(problem: NTPProblem, W: ArrayLike) -> torch.Tensor:
-    """The attention s_i = softmax(x_it^T W z_i over t), shape (n, T).
+    r"""The attention :math:`s_i = \mathrm{softmax}_t(x_{it}^\top W z_i)`.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    W : ArrayLike
+        The key-query matrix, shape (d, d).
+
+    Returns
+    -------
+    Tensor
+        The attention, shape (n, T).
+
+    Raises
+    ------
+    ValueError
+        If W does not have shape (d, d).
 
     Examples
     --------
@@ -211,8 +282,25 @@ def ntp_attention(problem: NTPProblem, W: ArrayLike) -> torch.Tensor:
 
 
 def ntp_probabilities(problem: NTPProblem, W: ArrayLike) -> torch.Tensor:
-    """The output probability of every vocabulary token, p_ik = the attention mass on the positions holding k,
-    shape (n, K) (0 for a token absent from the sequence).
+    """The output probability of every vocabulary token, :math:`p_{ik}` = the attention mass on the positions holding
+    k (0 for a token absent from the sequence).
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    W : ArrayLike
+        The key-query matrix, shape (d, d).
+
+    Returns
+    -------
+    Tensor
+        The probabilities, shape (n, K).
+
+    Raises
+    ------
+    ValueError
+        If W does not have shape (d, d).
 
     Examples
     --------
@@ -238,10 +326,29 @@ def _log_parts(problem: NTPProblem, logits: torch.Tensor):
 
 
 def ntp_loss(problem: NTPProblem, W: ArrayLike, *, mask: ArrayLike | None = None) -> torch.Tensor:
-    """The mean negative log-likelihood -(1/n) sum_i log p_(i, y_i), computed in log space (exact where
-    p_(i, y_i) rounds to 1 or its complement underflows), a 0-d tensor. ``mask``: None (attention over every
-    position) or a boolean (n, T), the positions attention may use, holding every label position (e.g.
-    ``retrieved(problem)``: the restricted loss whose minimizer over ``finite_subspace`` is ``finite_part``).
+    r"""The mean negative log-likelihood :math:`-\frac{1}{n}\sum_i \log p_{iy_i}`, computed in log space (exact where
+    :math:`p_{iy_i}` rounds to 1 or its complement underflows).
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    W : ArrayLike
+        The key-query matrix, shape (d, d).
+    mask : ArrayLike or None, default=None
+        None (attention over every position) or a boolean (n, T), the positions attention may use, holding every
+        label position (e.g. ``retrieved(problem)``: the restricted loss whose minimizer over
+        ``finite_subspace`` is ``finite_part``).
+
+    Returns
+    -------
+    Tensor
+        The loss (0-d).
+
+    Raises
+    ------
+    ValueError
+        If W or mask has the wrong shape, or mask leaves out a label position.
 
     Examples
     --------
@@ -284,9 +391,27 @@ def _gradient(problem: NTPProblem, W: torch.Tensor):
 
 
 def ntp_gradient(problem: NTPProblem, W: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-    """(direction (d, d), log_scale (0-d)): the gradient dL/dW = exp(log_scale) * direction of ``ntp_loss``, free of
-    underflow however far softmax saturates (log_scale is -inf where the gradient is exactly 0). Terms of order
-    one that cancel still leave their round-off (about 1e-16 of each) in the direction.
+    r"""The gradient :math:`\partial L/\partial W = e^{\mathrm{log\_scale}}\,\mathrm{direction}` of ``ntp_loss``, free
+    of underflow however far softmax saturates.
+
+    Terms of order one that cancel still leave their round-off (about 1e-16 of each) in the direction.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    W : ArrayLike
+        The key-query matrix, shape (d, d).
+
+    Returns
+    -------
+    tuple of Tensor
+        The direction (d, d) and log_scale (0-d; :math:`-\infty` where the gradient is exactly 0).
+
+    Raises
+    ------
+    ValueError
+        If W does not have shape (d, d).
 
     Examples
     --------
@@ -317,10 +442,37 @@ def _initial(problem: NTPProblem, init, seed: int) -> torch.Tensor:
 @torch.no_grad()
 def ntp_gd(problem: NTPProblem, *, steps: int, lr: float, normalized: bool = True,
            init: str | ArrayLike | None = None, seed: int = 0, record_every: int = 1) -> Trajectory:
-    """Gradient descent on ``ntp_loss``: W <- W - lr G / ||G||_F (normalized) or W - lr G (plain), with G the
-    exact ``ntp_gradient``, on the training loop of ``train.gd``. ``init``: None or "zeros", "uniform"
-    (torch.nn.Linear's default, seeded by ``seed``, the authors' start), or a W (d, d). Records W (records, d, d),
-    the attention ``probs`` (records, n, T) and the loss (records,) at steps 0, record_every, ..., ``steps``.
+    r"""Gradient descent on ``ntp_loss``: :math:`W \leftarrow W - \eta\, G/\|G\|_F` (normalized) or
+    :math:`W - \eta\, G` (plain), with G the exact ``ntp_gradient``, on the training loop of ``train.gd``.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    normalized : bool, default=True
+        Normalized steps, or plain.
+    init : str, ArrayLike or None, default=None
+        None or "zeros", "uniform" (torch.nn.Linear's default, seeded by ``seed``, the authors' start), or a W
+        (d, d).
+    seed : int, default=0
+        The seed of "uniform".
+    record_every : int, default=1
+        Record every this many steps.
+
+    Returns
+    -------
+    Trajectory
+        W (records, d, d), the attention ``probs`` (records, n, T) and the loss (records,) at steps 0,
+        ``record_every``, ..., ``steps``.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it).
 
     Examples
     --------
@@ -362,9 +514,21 @@ def ntp_gd(problem: NTPProblem, *, steps: int, lr: float, normalized: bool = Tru
 # ------------------------------------------------------------------ the token-priority graphs
 
 def priority_graphs(problem: NTPProblem) -> dict[int, nx.DiGraph]:
-    """{query token k: its token-priority graph}, a networkx DiGraph over the token ids of the sequences whose last
-    token is k, with an edge y_i -> x_it for each such sequence i and each other token x_it of it (``weight``: how
-    many positions ask for it).
+    r"""The token-priority graph of each query token k.
+
+    A networkx DiGraph over the token ids of the sequences whose last token is k, with an edge
+    :math:`y_i \to x_{it}` for each such sequence i and each other token :math:`x_{it}` of it (``weight``: how many
+    positions ask for it).
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+
+    Returns
+    -------
+    dict
+        {query token k: DiGraph}.
 
     Examples
     --------
@@ -399,8 +563,20 @@ def _ordered_components(graph: nx.DiGraph) -> list[frozenset]:
 
 
 def priority_components(problem: NTPProblem) -> dict[int, list[frozenset]]:
-    """{query token k: the strongly connected components of its priority graph}, highest priority first (a
-    topological order of the condensation by networkx; components no path orders come by their smallest token).
+    """The strongly connected components of each query token's priority graph, highest priority first.
+
+    Components come in a topological order of the condensation by networkx; components no path orders come by
+    their smallest token.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+
+    Returns
+    -------
+    dict
+        {query token k: list of frozenset}.
 
     Examples
     --------
@@ -419,9 +595,20 @@ def _membership(problem: NTPProblem) -> dict[int, dict[int, frozenset]]:
 
 
 def retrieved(problem: NTPProblem) -> torch.Tensor:
-    """Boolean (n, T): the positions whose token lies in the label's strongly connected component of the sequence's
-    priority graph, the tokens that hard retrieval keeps (the label outranks every token of its sequence, so its
-    component is the highest one present).
+    """The positions whose token lies in the label's strongly connected component of the sequence's priority graph:
+    the tokens that hard retrieval keeps.
+
+    The label outranks every token of its sequence, so its component is the highest one present.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+
+    Returns
+    -------
+    Tensor
+        A boolean mask, shape (n, T).
 
     Examples
     --------
@@ -479,16 +666,33 @@ def _nuclear(equal: np.ndarray, margin: np.ndarray, d: int) -> np.ndarray:
 
 
 def graph_svm(problem: NTPProblem, *, norm: str = "fro") -> np.ndarray:
-    """The graph SVM, numpy (d, d): min ||W|| s.t. (e_y - e_x)^T W e_k = 0 where y and x share a strongly connected
-    component of the priority graph of query k, and >= 1 where they do not, over the distinct triples (k, y, x) of
-    the sequences (label y, another token x, last token k). ``norm``: "fro" (the bias of GD on W) or "nuc".
+    r"""The graph SVM: :math:`\min \|W\|` s.t. :math:`(e_y - e_x)^\top W e_k = 0` where y and x share a strongly
+    connected component of the priority graph of query k, and :math:`\ge 1` where they do not.
 
-    "fro": the equalities are eliminated by projecting the margin rows onto their null space (the solution lies
+    The constraints run over the distinct triples (k, y, x) of the sequences (label y, another token x, last token
+    k). "fro": the equalities are eliminated by projecting the margin rows onto their null space (the solution lies
     there), and the hard-margin SVM of the projected rows is ``svm.soft_margin_svm``'s (NNLS, checked against its
-    dual). "nuc": Clarabel through cvxpy at the library's tolerances. Both accept a solution by the library's
-    rule (margins short of 1 by round-off are scaled up; beyond ``svm.MARGIN_TOL`` a SolverError). Returns 0 when
-    no margin constraint exists (every token in its label's component); raises InfeasibleSVM when none is
-    feasible.
+    dual). "nuc": Clarabel through cvxpy at the library's tolerances. Both accept a solution by the library's rule
+    (margins short of 1 by round-off are scaled up).
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    norm : {'fro', 'nuc'}, default='fro'
+        "fro" (the bias of GD on W) or "nuc".
+
+    Returns
+    -------
+    ndarray
+        W, shape (d, d); 0 when no margin constraint exists (every token in its label's component).
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        If no W is feasible.
+    ~attnsvm.svm.SolverError
+        If a solution falls short of a margin beyond ``svm.MARGIN_TOL``.
 
     Examples
     --------
@@ -531,9 +735,18 @@ def graph_svm(problem: NTPProblem, *, norm: str = "fro") -> np.ndarray:
 # ------------------------------------------------------------------ the finite part
 
 def finite_subspace(problem: NTPProblem) -> np.ndarray:
-    """An orthonormal basis (q, d, d) of the span of (e_a - e_b) e_k^T over the tokens a, b of one strongly
-    connected component of the priority graph of query k: the directions of soft composition (q = 0 when every
-    component is a single token).
+    r"""An orthonormal basis of the span of :math:`(e_a - e_b) e_k^\top` over the tokens a, b of one strongly connected
+    component of the priority graph of query k: the directions of soft composition.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+
+    Returns
+    -------
+    ndarray
+        The basis, shape (q, d, d) (q = 0 when every component is a single token).
 
     Examples
     --------
@@ -582,11 +795,30 @@ def _reduced(problem: NTPProblem, basis: np.ndarray):
 
 
 def finite_part(problem: NTPProblem, *, max_steps: int = 100) -> np.ndarray:
-    """W_fin, numpy (d, d): the minimizer, over the span of ``finite_subspace``, of the loss restricted to the
-    retrieved positions (each sequence's tokens in its label's component): the soft composition inside the
-    components that, by the paper (not proved here), gradient descent approaches. Newton's method with a
-    backtracking line search on this convex function, from 0, to a gradient below 1e-12; raises SolverError if
-    ``max_steps`` steps do not reach it (no finite minimizer, e.g. linearly dependent embeddings).
+    """The finite part :math:`W_{fin}`: the minimizer, over the span of ``finite_subspace``, of the loss restricted to
+    the retrieved positions (each sequence's tokens in its label's component).
+
+    It is the soft composition inside the components that, by the paper (not proved here), gradient descent
+    approaches. Newton's method with a backtracking line search on this convex function, from 0, to a gradient
+    below 1e-12.
+
+    Parameters
+    ----------
+    problem : NTPProblem
+        The problem.
+    max_steps : int, default=100
+        The most Newton steps.
+
+    Returns
+    -------
+    ndarray
+        :math:`W_{fin}`, shape (d, d).
+
+    Raises
+    ------
+    ~attnsvm.svm.SolverError
+        If ``max_steps`` steps do not reach the tolerance (no finite minimizer, e.g. linearly dependent
+        embeddings).
 
     Examples
     --------
@@ -668,15 +900,41 @@ def _cyclic(ids: torch.Tensor, labels: torch.Tensor, E: torch.Tensor) -> NTPProb
 
 def official_problems(count: int, *, n: int = 6, T: int = 4, K: int = 6, d: int = 8,
                       seed: int = 1) -> list[tuple[NTPProblem, torch.Tensor]]:
-    """The random cyclic data sets of the authors' global-convergence notebook (Li, Huang, Ildiz, Rawat, Oymak,
-    public code), each with its initial W, replayed from their seed: one torch random stream seeded with
-    ``seed`` draws, as their code does, K Gaussian embeddings in R^d normalized to unit norm (float32 draws,
-    float64 normalization), n sequences of T distinct tokens, one label per sequence (uniform, redrawn from the
-    sequence when it does not occur there), redrawing the whole set until some priority graph has a cycle; then
-    torch.nn.Linear(d, d)'s default W (float32, as float64) and a second one their code builds and zeroes. Needs
-    n >= 2 and 2 <= T <= K, and refuses at once (ValueError) settings where a cycle is so improbable that
-    ``MAX_DRAWS`` draws would find one with probability at most 1% (by a union bound on the pairs of
-    sequences with the same last token). Returns ``count`` pairs (problem, W0).
+    r"""The random cyclic data sets of the authors' global-convergence notebook (Li, Huang, Ildiz, Rawat, Oymak,
+    public code), each with its initial W, replayed from their seed.
+
+    One torch random stream seeded with ``seed`` draws, as their code does, K Gaussian embeddings in
+    :math:`\mathbb{R}^d` normalized to unit norm (float32 draws, float64 normalization), n sequences of T distinct
+    tokens, one label per sequence (uniform, redrawn from the sequence when it does not occur there), redrawing the
+    whole set until some priority graph has a cycle; then torch.nn.Linear(d, d)'s default W (float32, as float64)
+    and a second one their code builds and zeroes.
+
+    Parameters
+    ----------
+    count : int
+        How many data sets.
+    n : int, default=6
+        Sequences per set, :math:`n \ge 2`.
+    T : int, default=4
+        Tokens per sequence, :math:`2 \le T \le K`.
+    K : int, default=6
+        The size of the vocabulary.
+    d : int, default=8
+        The dimension.
+    seed : int, default=1
+        The seed of the stream.
+
+    Returns
+    -------
+    list of tuple
+        ``count`` pairs (problem, W0).
+
+    Raises
+    ------
+    ValueError
+        At once, for settings where a cycle is so improbable that ``MAX_DRAWS`` draws would find one with
+        probability at most 1% (by a union bound on the pairs of sequences with the same last token), or n < 2,
+        or T not in [2, K]; or when ``MAX_DRAWS`` draws find no data set with a cycle.
 
     Examples
     --------

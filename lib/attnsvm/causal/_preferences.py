@@ -28,7 +28,24 @@ MAX_ORDER_TOKENS = 16  # `max_positive_margins` orders a strongly connected part
 
 
 def selects_optimal(problem: SequenceProblem, alpha: ArrayLike) -> torch.Tensor:
-    """Boolean (..., n, K): whether alpha_ik is the optimal token of query (i, k) or an exact copy of it.
+    r"""Whether :math:`\alpha_{ik}` is the optimal token of query (i, k) or an exact copy of it.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike
+        The selection, shape (..., n, K).
+
+    Returns
+    -------
+    Tensor
+        A boolean mask, shape (..., n, K).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem.
 
     Examples
     --------
@@ -111,17 +128,33 @@ def _shortest_cycle(graph: nx.DiGraph) -> list | None:
 
 
 def preference_cycle(problem: SequenceProblem, alpha: ArrayLike | None = None) -> list[tuple[int, int, int]] | None:
-    """A short cycle of contradictory constraints of the hard-margin Att-SVM of one problem, or None.
+    r"""A short cycle of contradictory constraints of the hard-margin Att-SVM of one problem, or None.
 
-    The constraint of pair (i, k, t) asks the query token a = x_ik to prefer the selected token p = x_{i alpha_ik}
-    to q = x_it by a margin of one: (p - q)^T (W a) >= 1. W a depends only on the query token, so for each
-    distinct query token the constraints form a directed preference graph p -> q over the distinct tokens, and
-    any cycle p_0 -> p_1 -> ... -> p_0 is infeasible (the margins around it sum to zero, not to its length).
-    When the distinct tokens are linearly independent (e.g. at most d random embeddings), the converse holds too:
-    the hard-margin SVM is feasible exactly when no query token's preferences have a cycle (see ``conflicts``).
+    The constraint of pair (i, k, t) asks the query token :math:`a = x_{ik}` to prefer the selected token
+    :math:`p = x_{i\alpha_{ik}}` to :math:`q = x_{it}` by a margin of one: :math:`(p - q)^\top (W a) \ge 1`.
+    :math:`W a` depends only on the query token, so for each distinct query token the constraints form a directed
+    preference graph :math:`p \to q` over the distinct tokens, and any cycle :math:`p_0 \to p_1 \to \dots \to p_0`
+    is infeasible (the margins around it sum to zero, not to its length). When the distinct tokens are linearly
+    independent (e.g. at most d random embeddings), the converse holds too: the hard-margin SVM is feasible exactly
+    when no query token's preferences have a cycle (see ``conflicts``).
 
-    Returns the constraints along the shortest cycle found, as a list of (i, k, t) index triples (each: query k of
-    sequence i prefers its selected token to token t), or None when every preference graph is acyclic.
+    Parameters
+    ----------
+    problem : SequenceProblem
+        One problem.
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    list of tuple or None
+        The constraints along the shortest cycle found, as (i, k, t) index triples (each: query k of sequence i
+        prefers its selected token to token t), or None when every preference graph is acyclic.
+
+    Raises
+    ------
+    ValueError
+        If the problem is a batch, or alpha does not fit it.
 
     Examples
     --------
@@ -158,15 +191,32 @@ def _components(graph: nx.DiGraph) -> dict:
 
 
 def conflicts(problem: SequenceProblem, alpha: ArrayLike | None = None) -> np.ndarray:
-    """The constraints of the hard-margin Att-SVM that lie on a preference cycle: bool (..., n, K, T).
+    r"""The constraints of the hard-margin Att-SVM that lie on a preference cycle.
 
-    An edge p -> q of query token a's preference graph (see ``preference_cycle``) is in conflict when q leads back
-    to p, that is, when p and q lie in one strongly connected component. No W gives every constraint of a cycle a
-    positive margin: the margins around it sum to zero. When the distinct tokens are linearly independent, this is
-    the whole obstruction: some W gives every other constraint a margin of at least one and the conflicting ones
-    a margin of exactly zero (W x_a can be chosen for each query token a on its own, and p^T W x_a for each token
-    p: order the strongly connected components of each graph). So the hard-margin SVM is then feasible exactly
-    when no constraint is in conflict.
+    An edge :math:`p \to q` of query token a's preference graph (see ``preference_cycle``) is in conflict when q
+    leads back to p, that is, when p and q lie in one strongly connected component. No W gives every constraint of
+    a cycle a positive margin: the margins around it sum to zero. When the distinct tokens are linearly
+    independent, this is the whole obstruction: some W gives every other constraint a margin of at least one and
+    the conflicting ones a margin of exactly zero (:math:`W x_a` can be chosen for each query token a on its own,
+    and :math:`p^\top W x_a` for each token p: order the strongly connected components of each graph). So the
+    hard-margin SVM is then feasible exactly when no constraint is in conflict.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        A boolean mask, shape (..., n, K, T).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem.
 
     Examples
     --------
@@ -237,19 +287,35 @@ def _best_order(graph: nx.DiGraph) -> tuple[int, list]:
 
 def max_positive_margins(problem: SequenceProblem, alpha: ArrayLike | None = None, *,
                          return_W: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """The largest number of Att-SVM constraints that one W can give a positive margin: int (...,).
+    r"""The largest number of Att-SVM constraints that one W can give a positive margin.
 
-    Any W orders the tokens for each query token a by their logits p^T W x_a, and a constraint (prefer p to q)
-    has a positive margin only if p comes before q. So the count is at most the sum, over the query tokens, of
-    the most constraints that one order of the tokens satisfies: all the edges between different strongly
-    connected components of a's preference graph, plus the best order inside each component (found exactly
-    by dynamic programming over its subsets). When the distinct tokens are linearly independent, every family
-    of orders is realized by some W (see ``conflicts``), and the bound is attained.
+    Any W orders the tokens for each query token a by their logits :math:`p^\top W x_a`, and a constraint (prefer p
+    to q) has a positive margin only if p comes before q. So the count is at most the sum, over the query tokens,
+    of the most constraints that one order of the tokens satisfies: all the edges between different strongly
+    connected components of a's preference graph, plus the best order inside each component (found exactly by
+    dynamic programming over its subsets). When the distinct tokens are linearly independent, every family of
+    orders is realized by some W (see ``conflicts``), and the bound is attained.
 
-    ``return_W``: also return a witness W (numpy (..., d, d)) with p^T W x_a = -(the rank of p in a best order of
-    a's tokens) for every distinct token p and query token a, by least squares (pseudo-inverses). When the
-    distinct tokens are linearly independent these equations hold exactly and W attains the count; otherwise
-    it may attain fewer.
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+    return_W : bool, default=False
+        Also return a witness W with :math:`p^\top W x_a` = -(the rank of p in a best order of a's tokens) for
+        every distinct token p and query token a, by least squares (pseudo-inverses). When the distinct tokens are
+        linearly independent these equations hold exactly and W attains the count; otherwise it may attain fewer.
+
+    Returns
+    -------
+    ndarray or tuple of ndarray
+        The counts (int, shape (...)), and with ``return_W`` the witnesses (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem, or a component is too large for the dynamic program.
 
     Examples
     --------

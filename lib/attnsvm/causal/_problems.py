@@ -36,10 +36,16 @@ def _no_grad_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Language:
-    """A first-order Markov language over V tokens with unit-norm embeddings in R^d.
+    r"""A first-order Markov language over V tokens with unit-norm embeddings in :math:`\mathbb{R}^d`.
 
-    ``embeddings`` (V, d); ``start`` (V,) the distribution of the first token; ``transition`` (V, V): row a is
-    the distribution of the token that follows a.
+    Parameters
+    ----------
+    embeddings : Tensor
+        The embeddings, shape (V, d).
+    start : Tensor
+        The distribution of the first token, shape (V,).
+    transition : Tensor
+        Row a is the distribution of the token that follows a, shape (V, V).
 
     Examples
     --------
@@ -84,10 +90,29 @@ class Language:
         return self.embeddings.shape[1]
 
     def sample(self, n: int, T: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """n sequences of T tokens: (ids (n, T) int64, X (n, T, d) their embeddings).
+        """n sequences of T tokens.
 
-        Sequence i is drawn from its own T uniform numbers (inverse CDF), so the first n sequences sampled with
-        a seed are the same for every larger n.
+        Sequence i is drawn from its own T uniform numbers (inverse CDF), so the first n sequences sampled with a seed
+        are the same for every larger n.
+
+        Parameters
+        ----------
+        n : int
+            The number of sequences.
+        T : int
+            Tokens per sequence.
+        seed : int
+            The seed.
+
+        Returns
+        -------
+        tuple of Tensor
+            The ids (n, T) (int64) and X (n, T, d), their embeddings.
+
+        Raises
+        ------
+        ValueError
+            If n, T or seed is out of range.
 
         Examples
         --------
@@ -111,9 +136,31 @@ class Language:
 
 
 def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Language:
-    """A random language: a uniform first token, for every token ``successors`` possible next tokens (drawn
-    without replacement) with Dirichlet(1) probabilities, and unit-norm Gaussian embeddings. The transitions
-    are drawn first, so one seed gives the same language (the same token sequences) for every d.
+    """A random language: a uniform first token, for every token ``successors`` possible next tokens (drawn without
+    replacement) with Dirichlet(1) probabilities, and unit-norm Gaussian embeddings.
+
+    The transitions are drawn first, so one seed gives the same language (the same token sequences) for every d.
+
+    Parameters
+    ----------
+    V : int
+        The size of the vocabulary.
+    d : int
+        The dimension of the embeddings.
+    seed : int
+        The seed.
+    successors : int, default=3
+        Possible next tokens of every token, at most V.
+
+    Returns
+    -------
+    Language
+        The language.
+
+    Raises
+    ------
+    ValueError
+        If a size or the seed is out of range (e.g. successors > V).
 
     Examples
     --------
@@ -138,9 +185,33 @@ def synthetic_language(V: int, d: int, *, seed: int, successors: int = 3) -> Lan
 
 def next_token_problems(n: int, T: int, d: int, *, V: int = 20, successors: int = 3,
                         seeds: Iterable[int] = range(5)) -> tuple[SequenceProblem, torch.Tensor]:
-    """One next-token problem per seed s: n sequences of T tokens sampled from ``synthetic_language(V, d,
-    seed=s)`` (with sampling seed s), as one batch. Returns (SequenceProblem (len(seeds), n, T, d), token ids
-    (len(seeds), n, T)).
+    """One next-token problem per seed s, as one batch: n sequences of T tokens sampled from
+    ``synthetic_language(V, d, seed=s)`` (with sampling seed s).
+
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence.
+    d : int
+        The dimension.
+    V : int, default=20
+        The size of the vocabulary.
+    successors : int, default=3
+        Possible next tokens of every token.
+    seeds : Iterable of int
+        The seeds, by default ``range(0, 5)``.
+
+    Returns
+    -------
+    tuple
+        (SequenceProblem (len(seeds), n, T, d), token ids (len(seeds), n, T)).
+
+    Raises
+    ------
+    ValueError
+        If a size or seed is out of range.
 
     Examples
     --------
@@ -172,10 +243,25 @@ def next_token_problems(n: int, T: int, d: int, *, V: int = 20, successors: int 
 
 @dataclass(frozen=True, init=False)
 class SequenceProblem(Sequences):
-    """n sequences X (..., n, T, d) whose tokens k < K are queries, each with its own head V (..., n, K, d).
+    r"""n sequences X whose tokens k < K are queries, each with its own head.
 
-    ``causal=True``: query k attends to the tokens t <= k (K <= T); ``causal=False`` (sequence-to-sequence): to
-    all T. Index the batch dimensions with ``problem[b]``.
+    Index the batch dimensions with ``problem[b]``.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The tokens, shape (..., n, T, d).
+    V : ArrayLike
+        The heads :math:`v_{ik}`, shape (..., n, K, d).
+    causal : bool, default=True
+        Query k attends to the tokens :math:`t \le k` (:math:`K \le T`); False (sequence-to-sequence): to all T.
+    device : str or None, default=None
+        None or "cpu".
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit (e.g. K > T for a causal problem) or the data are not finite.
 
     Examples
     --------
@@ -229,7 +315,7 @@ class SequenceProblem(Sequences):
 
     @property
     def queries(self) -> torch.Tensor:
-        """The query tokens x_ik, k < K: (..., n, K, d)."""
+        """The query tokens x_ik, k < K, shape (..., n, K, d)."""
         return self.X[..., : self.K, :]
 
     def __getitem__(self, index) -> SequenceProblem:
@@ -257,8 +343,23 @@ class SequenceProblem(Sequences):
 
 
 def next_token_problem(X: ArrayLike) -> SequenceProblem:
-    """Causal next-token prediction on X (..., n, T, d): query k < T - 1 predicts token k + 1, with the tied
-    head v_ik = x_{i,k+1} (the embedding of the true next token).
+    r"""Causal next-token prediction on X: query k < T - 1 predicts token k + 1, with the tied head
+    :math:`v_{ik} = x_{i,k+1}` (the embedding of the true next token).
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The tokens, shape (..., n, T, d), :math:`T \ge 2`.
+
+    Returns
+    -------
+    SequenceProblem
+        The problem, with K = T - 1 queries.
+
+    Raises
+    ------
+    ValueError
+        If X does not have shape (..., n, T, d) with :math:`T \ge 2`.
 
     Examples
     --------
@@ -277,8 +378,33 @@ def next_token_problem(X: ArrayLike) -> SequenceProblem:
 
 def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = None,
                    causal: bool = True) -> SequenceProblem:
-    """The papers' random instance with every token a query: unit-norm Gaussian tokens X (n, T, d) and heads
-    V (n, T, d), one per query (K = T); with ``batch=B``, B independent problems from one seeded generator.
+    r"""The papers' random instance with every token a query: unit-norm Gaussian tokens X (n, T, d) and heads
+    V (n, T, d), one per query (K = T).
+
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence, :math:`T \ge 2`.
+    d : int
+        The dimension.
+    seed : int
+        The seed.
+    batch : int or None, default=None
+        B independent problems from one seeded generator (None: one problem).
+    causal : bool, default=True
+        Causal, or sequence-to-sequence.
+
+    Returns
+    -------
+    SequenceProblem
+        The problems.
+
+    Raises
+    ------
+    ValueError
+        If T < 2, or a size or the seed is out of range.
 
     Examples
     --------
@@ -302,7 +428,22 @@ def random_problem(n: int, T: int, d: int, *, seed: int, batch: int | None = Non
 # ------------------------------------------------------------------ what each query attends to
 
 def candidates(problem: SequenceProblem) -> torch.Tensor:
-    """Boolean (K, T): whether query k may attend to token t (t <= k if causal, every t otherwise).
+    r"""Whether query k may attend to token t (:math:`t \le k` if causal, every t otherwise).
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        A boolean mask, shape (K, T).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``SequenceProblem``.
 
     Examples
     --------
@@ -322,7 +463,22 @@ def _values(problem: SequenceProblem) -> torch.Tensor:
 
 
 def scores(problem: SequenceProblem) -> torch.Tensor:
-    """Token scores gamma_ikt = v_ik^T x_it, shape (..., n, K, T), -inf where t is not a candidate of query k.
+    r"""Token scores :math:`\gamma_{ikt} = v_{ik}^\top x_{it}`, :math:`-\infty` where t is not a candidate of query k.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        The scores, shape (..., n, K, T).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``SequenceProblem``.
 
     Examples
     --------
@@ -342,8 +498,23 @@ def _copies(problem: SequenceProblem, alpha: torch.Tensor) -> torch.Tensor:
 
 
 def optimal_tokens(problem: SequenceProblem) -> torch.Tensor:
-    """opt_ik = argmax_t gamma_ikt over the candidates, shape (..., n, K); among exact copies of the best token,
-    the latest occurrence.
+    r"""The optimal tokens :math:`\mathrm{opt}_{ik} = \arg\max_t \gamma_{ikt}` over the candidates; among exact copies
+    of the best token, the latest occurrence.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        The token indices, shape (..., n, K).
+
+    Raises
+    ------
+    TypeError
+        If problem is not a ``SequenceProblem``.
 
     Examples
     --------
@@ -376,8 +547,25 @@ def _selection(problem: SequenceProblem, alpha) -> torch.Tensor:
 
 
 def separation_mask(problem: SequenceProblem, alpha: ArrayLike | None = None) -> torch.Tensor:
-    """Boolean (..., n, K, T): the (query, token) pairs of the Att-SVM constraints, i.e. the candidates t of query
-    (i, k) other than alpha_ik and its exact copies (default ``alpha``: the optimal tokens).
+    r"""The (query, token) pairs of the Att-SVM constraints: the candidates t of query (i, k) other than
+    :math:`\alpha_{ik}` and its exact copies.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    Tensor
+        A boolean mask, shape (..., n, K, T).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem.
 
     Examples
     --------

@@ -30,8 +30,27 @@ SLACKS = ("constraint", "token")  # one slack per constraint (i, k, t) (default)
 
 
 def margins(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
-    """(x_{i alpha_ik} - x_it)^T W x_ik for the constraint pairs of ``separation_mask``, NaN elsewhere:
-    shape (..., n, K, T) (default ``alpha``: the optimal tokens).
+    r"""The margins :math:`(x_{i\alpha_{ik}} - x_{it})^\top W x_{ik}` for the constraint pairs of ``separation_mask``,
+    NaN elsewhere.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        The margins, shape (..., n, K, T).
+
+    Raises
+    ------
+    ValueError
+        If W or alpha does not fit the problem.
 
     Examples
     --------
@@ -151,32 +170,61 @@ def _raise_infeasible(solutions: list, batch: tuple) -> None:
 def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: float | None = None,
             objective: str = "squared", slack: str = "constraint",
             return_multipliers: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """The causal (or seq2seq) Att-SVM for the selection ``alpha`` (default: the optimal tokens), numpy (..., d, d).
+    r"""The causal (or seq2seq) Att-SVM for the selection :math:`\alpha`.
 
-    ``C=None``: the hard-margin SVM, min ||W||_F s.t. every margin of ``separation_mask`` >= 1; raises
-    svm.InfeasibleSVM (``.instances``: the infeasible batch indices) when no W exists.
-    ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins, margin_c >= 1 - xi, with the objective
-    (1/2)||W||_F^2 + C sum xi (``"squared"``) or paper C's ||W||_F + C sum xi (``"norm"``), both solved on the
-    active set of Clarabel's interior-point solution and certified. Both give the same family of solutions: the "norm"
-    solution for C is the "squared" one for C ||W||_F. Both equal the hard-margin SVM, if it exists, for
-    every C above ``penalty_threshold`` (the "squared" one at C ||W^mm||_F).
-    ``slack``: "constraint" (default), one slack per constraint (i, k, t), the textbook soft margin; or "token",
-    paper C's Definition 4.1 as printed, one slack xi_it per (sequence i, token t) shared by all queries k of
-    sequence i whose constraints involve token t.
-    ``return_multipliers``: also return lam (..., n, K, T), 0 off the constraints, with W = sum lam_c A_c
-    ("squared" and hard) or W = ||W||_F sum lam_c A_c ("norm"); 0 <= lam <= C (slack="constraint"), or lam >= 0
-    with the exact sum of lam over the constraints of each (i, t) at most C (slack="token"); the identity holds to
-    the certified bound below.
-    The solvers are ``svm.soft_margin_svm``'s, on the problem's constraint rows. Refused before any work
-    (ValueError): T = 1, tokens whose constraint Gram matrix overflows float64, or a dense constraint system above
-    MAX_BYTES. Every soft-margin answer is certified by its multipliers (``svm.soft_margin_svm``): ||W - W*||_F <=
-    sqrt(2 (P - D)) <= 1e-5 ||W||_F for the squared form (for "norm": the squared form at C ||W||_F, and its own
-    relative duality gap at most ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off); raises svm.SolverError where no
-    candidate is certified (measured on next-token problems: from C ~ 2e4 for both objectives, every case at
-    C >= 1e6; a smaller C may be certified; W = 0 is certified to an absolute bound, sqrt(32 eps C g) for g slack
-    groups, and within about 1e-9 relative of the "norm" W = 0 threshold either side may be returned), or where a
-    hard-margin gap exceeds
-    ``svm.GAP_TOL["hard"]``.
+    C=None gives the hard-margin SVM, :math:`\min \|W\|_F` s.t. every margin of ``separation_mask``
+    :math:`\ge 1`. C > 0 gives the soft-margin SVM with slacks :math:`\xi \ge 0` on the margins,
+    :math:`\mathrm{margin}_c \ge 1 - \xi`, with the objective :math:`\frac{1}{2}\|W\|_F^2 + C\sum\xi` ("squared")
+    or paper C's :math:`\|W\|_F + C\sum\xi` ("norm"), both solved on the active set of Clarabel's interior-point
+    solution and certified. Both give the same family of solutions: the "norm" solution for C is the "squared"
+    one for :math:`C\|W\|_F`. Both equal the hard-margin SVM, if it exists, for every C above
+    ``penalty_threshold`` (the "squared" one at :math:`C\|W^{mm}\|_F`). The solvers are
+    ``svm.soft_margin_svm``'s, on the problem's constraint rows.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selected token of each query, shape (..., n, K) (None: the optimal tokens).
+    C : float or None, default=None
+        None (hard margin) or the penalty C > 0.
+    objective : {'squared', 'norm'}, default='squared'
+        The soft-margin objective.
+    slack : {'constraint', 'token'}, default='constraint'
+        One slack per constraint (i, k, t), the textbook soft margin; or "token", paper C's Definition 4.1 as
+        printed, one slack :math:`\xi_{it}` per (sequence i, token t) shared by all queries k of sequence i whose
+        constraints involve token t.
+    return_multipliers : bool, default=False
+        Also return :math:`\lambda` (..., n, K, T), 0 off the constraints, with :math:`W = \sum_c \lambda_c A_c`
+        ("squared" and hard) or :math:`W = \|W\|_F \sum_c \lambda_c A_c` ("norm"); :math:`0 \le \lambda \le C`
+        (slack="constraint"), or :math:`\lambda \ge 0` with the exact sum of :math:`\lambda` over the constraints
+        of each (i, t) at most C (slack="token"); the identity holds to the certified bound.
+
+    Returns
+    -------
+    ndarray or tuple of ndarray
+        W, shape (..., d, d), and with ``return_multipliers`` :math:`\lambda`.
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        If C is None and no W exists (``.instances``: the infeasible batch indices).
+    ~attnsvm.svm.SolverError
+        Where no soft-margin candidate is certified, or a hard-margin gap exceeds ``svm.GAP_TOL["hard"]``.
+    ValueError
+        Before any work: T = 1, tokens whose constraint Gram matrix overflows float64, a dense constraint system
+        above ``MAX_BYTES``, or an invalid argument.
+
+    Notes
+    -----
+    Every soft-margin answer is certified by its multipliers (``svm.soft_margin_svm``): :math:`\|W - W^*\|_F \le
+    \sqrt{2(P - D)} \le 10^{-5}\|W\|_F` for the squared form (for "norm": the squared form at :math:`C\|W\|_F`, and
+    its own relative duality gap at most ``svm.GAP_TOL["soft"]`` = 1e-9 plus round-off). SolverError where no
+    candidate is certified was measured on next-token problems from C ~ 2e4 for both objectives, every case at
+    C >= 1e6; a smaller C may be certified. W = 0 is certified to an absolute bound,
+    :math:`\sqrt{32\varepsilon C g}` for g slack groups, and within about 1e-9 relative of the "norm" W = 0
+    threshold either side may be returned.
 
     Examples
     --------
@@ -215,7 +263,24 @@ def att_svm(problem: SequenceProblem, alpha: ArrayLike | None = None, *, C: floa
 
 
 def feasible(problem: SequenceProblem, alpha: ArrayLike | None = None) -> np.ndarray:
-    """Whether the hard-margin causal Att-SVM exists for ``alpha`` (default: the optimal tokens): bool (...,).
+    r"""Whether the hard-margin causal Att-SVM exists for the selection :math:`\alpha`.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        A boolean array, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If alpha does not fit the problem.
 
     Examples
     --------
@@ -232,14 +297,37 @@ def feasible(problem: SequenceProblem, alpha: ArrayLike | None = None) -> np.nda
 
 def penalty_threshold(problem: SequenceProblem, alpha: ArrayLike | None = None, *,
                       slack: str = "constraint") -> np.ndarray:
-    """The exact-penalty threshold C* of paper C's soft-margin form (``objective="norm"``), shape (...,).
+    r"""The exact-penalty threshold :math:`C^*` of paper C's soft-margin form (objective="norm").
 
-    With lam the multipliers of the hard-margin SVM (W^mm = sum_c lam_c A_c, lam >= 0, lam_c = 0 off the
-    margin), C* = min over all such lam of max_c lam_c / ||W^mm||_F (slack="constraint"), or of
-    max_(i,t) sum_{c of (i, t)} lam_c / ||W^mm||_F (slack="token"). The soft-margin solution is W^mm for every
-    C > C*, W^mm is one solution at C = C*, and it is none for C < C*. The minimum over lam matters only when the
-    constraints on the margin are linearly dependent (otherwise lam is unique); it is a linear program
-    (``svm.penalty_threshold``). Raises svm.InfeasibleSVM where the hard-margin SVM does not exist.
+    With :math:`\lambda` the multipliers of the hard-margin SVM (:math:`W^{mm} = \sum_c \lambda_c A_c`,
+    :math:`\lambda \ge 0`, :math:`\lambda_c = 0` off the margin), :math:`C^*` is the minimum over all such
+    :math:`\lambda` of :math:`\max_c \lambda_c/\|W^{mm}\|_F` (slack="constraint"), or of
+    :math:`\max_{(i,t)} \sum_{c \text{ of } (i,t)} \lambda_c/\|W^{mm}\|_F` (slack="token"). The soft-margin
+    solution is :math:`W^{mm}` for every :math:`C > C^*`, :math:`W^{mm}` is one solution at :math:`C = C^*`, and it
+    is none for :math:`C < C^*`. The minimum over :math:`\lambda` matters only when the constraints on the margin
+    are linearly dependent (otherwise :math:`\lambda` is unique); it is a linear program
+    (``svm.penalty_threshold``).
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+    slack : {'constraint', 'token'}, default='constraint'
+        As in ``att_svm``.
+
+    Returns
+    -------
+    ndarray
+        :math:`C^*`, shape (...).
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        Where the hard-margin SVM does not exist.
+    ValueError
+        If alpha does not fit the problem or slack is not supported.
 
     Examples
     --------
@@ -261,7 +349,26 @@ def penalty_threshold(problem: SequenceProblem, alpha: ArrayLike | None = None, 
 
 
 def violations(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
-    """The number of constraint pairs whose margin under W is below one (the slacks xi > 0), shape (...,).
+    r"""The number of constraint pairs whose margin under W is below one (the slacks :math:`\xi > 0`).
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        The counts, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If W or alpha does not fit the problem.
 
     Examples
     --------
@@ -276,8 +383,29 @@ def violations(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None =
 
 
 def total_slack(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
-    """sum_c max(0, 1 - mu_c(W)) over the separation constraints c: the least total slack W needs with one slack
-    per constraint, shape (...,). Paper C's objective of W (slack="constraint") is ||W||_F + C total_slack.
+    r"""The least total slack W needs with one slack per constraint, :math:`\sum_c \max(0, 1 - \mu_c(W))` over the
+    separation constraints c.
+
+    Paper C's objective of W (slack="constraint") is :math:`\|W\|_F + C` total_slack.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    W : ArrayLike
+        The key-query matrix, (d, d) or (..., d, d).
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        The total slack, shape (...).
+
+    Raises
+    ------
+    ValueError
+        If W or alpha does not fit the problem.
 
     Examples
     --------
@@ -293,11 +421,30 @@ def total_slack(problem: SequenceProblem, W: ArrayLike, alpha: ArrayLike | None 
 
 
 def combine(problem: SequenceProblem, lam: ArrayLike, alpha: ArrayLike | None = None) -> np.ndarray:
-    """sum_c lam_c A_c with the constraint matrices A_c = (x_{i alpha_ik} - x_it) x_ik^T: numpy (..., d, d).
+    r""":math:`\sum_c \lambda_c A_c` with the constraint matrices :math:`A_c = (x_{i\alpha_{ik}} - x_{it}) x_{ik}^\top`.
 
-    ``lam``: (..., n, K, T), e.g. the multipliers of ``att_svm``; entries off the constraints
-    (``separation_mask``) are ignored. Computed directly from the tokens (not from the solvers' constraint rows),
-    so W^mm = combine(problem, lam) checks the multipliers of the hard-margin SVM independently.
+    Computed directly from the tokens (not from the solvers' constraint rows), so :math:`W^{mm}` = combine(problem,
+    lam) checks the multipliers of the hard-margin SVM independently.
+
+    Parameters
+    ----------
+    problem : SequenceProblem
+        The problems (a batch).
+    lam : ArrayLike
+        The multipliers (..., n, K, T), e.g. those of ``att_svm``; entries off the constraints
+        (``separation_mask``) are ignored.
+    alpha : ArrayLike or None, default=None
+        The selection (None: the optimal tokens).
+
+    Returns
+    -------
+    ndarray
+        The combination, shape (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If lam or alpha does not fit the problem.
 
     Examples
     --------

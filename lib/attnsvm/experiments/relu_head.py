@@ -50,8 +50,21 @@ MAX_STEPS = 10**8  # lambda_sweep refuses more gradient steps than this
 
 @dataclass(frozen=True)
 class Runs:
-    """Trained candidate runs (``train_runs``): ``seeds`` (batch,), the batched ``problem`` and ReLU ``head``,
-    the ``trajectory`` (W recorded every 100 steps).
+    """Trained candidate runs (``train_runs``).
+
+    Parameters
+    ----------
+    seeds : ndarray
+        The seeds, shape (batch,).
+    problem : Problem
+        The batched problem.
+    head : ReLU
+        The batched ReLU head.
+    trajectory : Trajectory
+        The run, W recorded every 100 steps.
+    svms : dict
+        A cache of each run's general and one-token SVMs (None where infeasible), filled as they are needed; by
+        default empty.
 
     Examples
     --------
@@ -95,9 +108,30 @@ def _train(seeds: np.ndarray, problem: data.Problem, head: heads.ReLU, W0: torch
 
 
 def train_runs(d: int, seeds: ArrayLike, *, eps: float = EPS) -> Runs:
-    """Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run in R^d
-    (n = 3 sequences of T = 4 tokens, a random ReLU head), each step -lr G / (||G||_F + eps) as in paper A's
-    code; eps = 0 gives exact normalized steps -lr G / ||G||_F. A run is the same alone and in a batch.
+    r"""Normalized GD (lr 0.1, 2000 steps, logistic loss, W recorded every 100 steps) for each seed's run in
+    :math:`\mathbb{R}^d` (n = 3 sequences of T = 4 tokens, a random ReLU head).
+
+    Each step is :math:`-\eta\, G/(\|G\|_F + \varepsilon)` as in paper A's code. A run is the same alone and in a
+    batch.
+
+    Parameters
+    ----------
+    d : int
+        The dimension.
+    seeds : ArrayLike
+        The seeds of the runs.
+    eps : float, default=2.220446049250313e-16
+        :math:`\varepsilon`; 0 gives exact normalized steps :math:`-\eta\, G/\|G\|_F`.
+
+    Returns
+    -------
+    Runs
+        The runs.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range (the message names it).
 
     Examples
     --------
@@ -115,7 +149,24 @@ def train_runs(d: int, seeds: ArrayLike, *, eps: float = EPS) -> Runs:
 
 
 def select(runs: Runs, keep: ArrayLike) -> Runs:
-    """The runs where ``keep`` (bool (batch,), e.g. ``passes_filter(runs)``) is true.
+    """The runs where ``keep`` is true.
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs.
+    keep : ArrayLike
+        Bool (batch,), e.g. ``passes_filter(runs)``.
+
+    Returns
+    -------
+    Runs
+        The runs kept.
+
+    Raises
+    ------
+    ValueError
+        If keep is not a bool array of one entry per run.
 
     Examples
     --------
@@ -150,8 +201,23 @@ def _solutions(runs: Runs, b: int):
 
 
 def passes_filter(runs: Runs) -> np.ndarray:
-    """The official filter, bool (batch,): labels not all +1, no final probability in (1e-6, 1e-3], at least
-    one <= 1e-6 (a token masked), and every SVM (general and one-token) feasible.
+    r"""The official filter: labels not all +1, no final probability in (1e-6, 1e-3], at least one :math:`\le 10^{-6}`
+    (a token masked), and every SVM (general and one-token) feasible.
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs.
+
+    Returns
+    -------
+    ndarray
+        A boolean array, shape (batch,).
+
+    Raises
+    ------
+    TypeError
+        If runs is not the ``Runs`` of ``train_runs``.
 
     Examples
     --------
@@ -168,8 +234,23 @@ def passes_filter(runs: Runs) -> np.ndarray:
 
 
 def largest_masked(runs: Runs) -> np.ndarray:
-    """Each run's largest final probability below the selection threshold 1e-3, (batch,): how completely the
-    masked tokens are suppressed.
+    """Each run's largest final probability below the selection threshold 1e-3: how completely the masked tokens are
+    suppressed.
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs.
+
+    Returns
+    -------
+    ndarray
+        The probabilities, shape (batch,).
+
+    Raises
+    ------
+    TypeError
+        If runs is not the ``Runs`` of ``train_runs``.
 
     Examples
     --------
@@ -199,17 +280,40 @@ def _accepted(d: int, first: int, chunk: int) -> list[int]:
 
 def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int | None = None,
            max_candidates: int = MAX_CANDIDATES) -> tuple[list[int], int]:
-    """The first ``count`` accepted seeds from ``start`` on, in order, and the number of candidates tried
-    (up to the last accepted seed).
+    """The first ``count`` accepted seeds from ``start`` on, in order, and the number of candidates tried.
 
     Candidates are trained in chunks of ``chunk`` seeds, each chunk a joblib task, taken in order as the workers
-    free up; no chunk is started once the seeds are found. ``workers``: 1 trains the chunks in this process,
-    k > 1 in k worker processes (joblib's default backend, loky, whose processes stay up for the next call, or
-    the backend of an enclosing ``joblib.parallel_config``); None (the default) leaves the choice to joblib:
-    this process, unless the call is inside ``joblib.parallel_config(n_jobs=..., backend=...)`` (a Dask cluster:
-    ``backend="dask"``). A run does not depend on the others in its chunk, and each task sets ``setup()``'s
-    numerics itself, so the answer does not depend on ``chunk``, ``workers`` or the backend. It gives up with a
-    ValueError after ``max_candidates`` candidates.
+    free up; no chunk is started once the seeds are found. A run does not depend on the others in its chunk, and
+    each task sets ``setup()``'s numerics itself, so the answer does not depend on ``chunk``, ``workers`` or the
+    backend.
+
+    Parameters
+    ----------
+    d : int
+        The dimension.
+    count : int
+        How many seeds.
+    start : int, default=1
+        The first candidate seed.
+    chunk : int, default=500
+        Seeds per task.
+    workers : int or None, default=None
+        1 trains the chunks in this process, k > 1 in k worker processes (joblib's default backend, loky, whose
+        processes stay up for the next call, or the backend of an enclosing ``joblib.parallel_config``); None
+        leaves the choice to joblib: this process, unless the call is inside
+        ``joblib.parallel_config(n_jobs=..., backend=...)`` (a Dask cluster: ``backend="dask"``).
+    max_candidates : int, default=1000000
+        The most candidates tried.
+
+    Returns
+    -------
+    tuple
+        (the seeds, the number of candidates tried up to the last accepted seed).
+
+    Raises
+    ------
+    ValueError
+        If ``max_candidates`` candidates do not hold ``count`` accepted seeds.
 
     Examples
     --------
@@ -246,8 +350,23 @@ def search(d: int, count: int, *, start: int = 1, chunk: int = 500, workers: int
 
 
 def stored_seeds(d: int) -> list[int]:
-    """The accepted seeds of dimension d (4, 6, 8 or 10) found by ``search`` and stored in e51_seeds.json
-    (``make e51-seeds``), 500 of each.
+    """The accepted seeds of dimension d found by ``search`` and stored in e51_seeds.json (``make e51-seeds``), 500 of
+    each.
+
+    Parameters
+    ----------
+    d : int
+        4, 6, 8 or 10.
+
+    Returns
+    -------
+    list of int
+        The seeds.
+
+    Raises
+    ------
+    ValueError
+        If no seeds are stored for d.
 
     Examples
     --------
@@ -265,9 +384,25 @@ def stored_seeds(d: int) -> list[int]:
 
 
 def errors(runs: Runs) -> dict[str, np.ndarray]:
-    """1 - corr(W(k), .) for the three predicted directions, each (records, batch): "SVMeq" (W_fin + C W_mm, C
-    fitted to W(2000)), "W_mm" (the directional part alone) and "1token" (the Att-SVM of argmax_t s_it).
-    Every run must pass the filter (``passes_filter``), else ``svm.InfeasibleSVM``.
+    r""":math:`1 - \mathrm{corr}(W(k), \cdot)` for the three predicted directions.
+
+    "SVMeq" (:math:`W_{fin} + C\, W_{mm}`, C fitted to W(2000)), "W_mm" (the directional part alone) and "1token"
+    (the Att-SVM of :math:`\arg\max_t s_{it}`).
+
+    Parameters
+    ----------
+    runs : Runs
+        Runs that all pass the filter (``passes_filter``).
+
+    Returns
+    -------
+    dict
+        {name: errors (records, batch)}.
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        If a run does not pass the filter.
 
     Examples
     --------
@@ -293,7 +428,22 @@ def errors(runs: Runs) -> dict[str, np.ndarray]:
 
 
 def norms(runs: Runs) -> torch.Tensor:
-    """||W(k)||_F of every run at every recorded step, (records, batch).
+    r""":math:`\|W(k)\|_F` of every run at every recorded step.
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs.
+
+    Returns
+    -------
+    Tensor
+        The norms, shape (records, batch).
+
+    Raises
+    ------
+    TypeError
+        If runs is not the ``Runs`` of ``train_runs``.
 
     Examples
     --------
@@ -306,7 +456,24 @@ def norms(runs: Runs) -> torch.Tensor:
 
 
 def moved(runs: Runs, back: int = 1) -> torch.Tensor:
-    """How far W moved over the last ``back`` records, ||W(K) - W(K - back * 100)||_F per run, (batch,).
+    r"""How far W moved over the last ``back`` records, :math:`\|W(K) - W(K - 100\,\mathrm{back})\|_F` per run.
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs.
+    back : int, default=1
+        The number of records, below the number recorded.
+
+    Returns
+    -------
+    Tensor
+        The distances, shape (batch,).
+
+    Raises
+    ------
+    ValueError
+        If back is not below the number of records.
 
     Examples
     --------
@@ -324,10 +491,21 @@ def moved(runs: Runs, back: int = 1) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TokenPairs:
-    """The token pairs (i, t, tau) of one run with its selected sets O_i, and their matrices
-    A[i, t, tau] = (x_it - x_itau) z_i^T, so that (x_it - x_itau)^T W z_i = <A, W>_F (Chapter 5's lemma):
-    ``inside`` (t != tau, both in O_i), ``apart`` (t in O_i, tau not), ``A`` and ``basis``, orthonormal rows
-    spanning S_fin (``token_pairs``).
+    r"""The token pairs :math:`(i, t, \tau)` of one run with its selected sets :math:`O_i`, and their matrices
+    :math:`A[i, t, \tau] = (x_{it} - x_{i\tau}) z_i^\top`, so that :math:`(x_{it} - x_{i\tau})^\top W z_i =
+    \langle A, W\rangle_F` (Chapter 5's lemma).
+
+    Parameters
+    ----------
+    inside : list of tuple
+        The pairs with :math:`t \ne \tau`, both in :math:`O_i`: the equations of the finite part.
+    apart : list of tuple
+        The pairs with t in :math:`O_i`, :math:`\tau` not: the margins of the directional part.
+    A : dict
+        The matrix of each pair.
+    basis : ndarray
+        Orthonormal rows (dim :math:`S_{fin}`, :math:`d^2`) spanning :math:`S_{fin}` = span{A[pair] : pair
+        inside}.
 
     Examples
     --------
@@ -347,7 +525,22 @@ class TokenPairs:
     basis: np.ndarray  # orthonormal rows (dim S_fin, d * d) spanning S_fin = span{A[pair] : pair inside}
 
     def project(self, W: ArrayLike) -> np.ndarray:
-        """Pi W: the orthogonal projection of W (d, d) onto S_fin (Frobenius inner product).
+        r""":math:`\Pi W`: the orthogonal projection of W onto :math:`S_{fin}` (Frobenius inner product).
+
+        Parameters
+        ----------
+        W : ArrayLike
+            A matrix, shape (d, d).
+
+        Returns
+        -------
+        ndarray
+            :math:`\Pi W`, shape (d, d).
+
+        Raises
+        ------
+        ValueError
+            If W does not have shape (d, d).
 
         Examples
         --------
@@ -369,8 +562,28 @@ class TokenPairs:
 
 
 def token_pairs(X: ArrayLike, Z: ArrayLike, relevant: ArrayLike) -> TokenPairs:
-    """The ``TokenPairs`` of tokens X (n, T, d), queries Z (n, d) and selected sets ``relevant`` (bool (n, T), e.g.
-    ``svm.general_svm(...).relevant``).
+    """The ``TokenPairs`` of tokens, queries and selected sets.
+
+    Parameters
+    ----------
+    X : ArrayLike
+        The tokens, shape (n, T, d).
+    Z : ArrayLike
+        The queries, shape (n, d).
+    relevant : ArrayLike
+        The selected sets, bool (n, T), e.g. ``svm.general_svm(...).relevant``.
+
+    Returns
+    -------
+    TokenPairs
+        The pairs, their matrices and a basis of :math:`S_{fin}`.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit.
+    TypeError
+        If relevant is not a boolean mask.
 
     Examples
     --------
@@ -412,9 +625,21 @@ def token_pairs(X: ArrayLike, Z: ArrayLike, relevant: ArrayLike) -> TokenPairs:
 
 @dataclass(frozen=True)
 class TokenFates:
-    """What exact normalized steps do to the tokens of the same runs trained with paper A's step
-    (``token_fates``): ``leaving`` and ``falling`` (batch, n, T) bool, ``revived`` and ``in_transit`` (batch,)
-    bool, ``kept_weight`` 1-D.
+    r"""What exact normalized steps do to the tokens of the same runs trained with paper A's step (``token_fates``).
+
+    Parameters
+    ----------
+    leaving : Tensor
+        Kept by paper A's step at step 2000 (:math:`s \ge 10^{-3}`), below :math:`10^{-3}` with exact steps,
+        shape (batch, n, T).
+    falling : Tensor
+        Leaving, and the exact run's probability fell at each of its last ten records, shape (batch, n, T).
+    revived : ndarray
+        A token of the exact run, once below 1e-14 at a record, above 1e-10 at a later one, shape (batch,).
+    in_transit : ndarray
+        A leaving token still above 1e-6 (ambiguous) at step 2000 of the exact run, shape (batch,).
+    kept_weight : Tensor
+        The weights paper A's step gives the leaving tokens at step 2000 (1-d).
 
     Examples
     --------
@@ -446,8 +671,25 @@ class TokenFates:
 
 
 def token_fates(paper: Runs, exact: Runs) -> TokenFates:
-    """Follow each token (i, t) through the records of the same runs trained with paper A's step (``paper``) and
-    with exact normalized steps (``exact``, e.g. ``train_runs(d, seeds, eps=0)``).
+    """Follow each token (i, t) through the records of the same runs trained with paper A's step and with exact
+    normalized steps.
+
+    Parameters
+    ----------
+    paper : Runs
+        The runs with paper A's step.
+    exact : Runs
+        The same runs with exact normalized steps (e.g. ``train_runs(d, seeds, eps=0)``).
+
+    Returns
+    -------
+    TokenFates
+        What happens to the tokens.
+
+    Raises
+    ------
+    ValueError
+        If paper and exact are not the same runs.
 
     Examples
     --------
@@ -472,9 +714,19 @@ def token_fates(paper: Runs, exact: Runs) -> TokenFates:
 
 @dataclass(frozen=True)
 class LambdaRuns:
-    """E5.2: gradient descent's final attention with the lambda-head on single sequences of orthonormal tokens,
-    against the water-filling optimum (``lambda_sweep``): ``s``, ``optimum``, ``u``, each (batch, 1, T), and
-    ``theta`` (batch, 1).
+    r"""E5.2: gradient descent's final attention with the lambda-head on single sequences of orthonormal tokens, against
+    the water-filling optimum (``lambda_sweep``).
+
+    Parameters
+    ----------
+    s : Tensor
+        Gradient descent's attention at step 2000, shape (batch, 1, T).
+    optimum : Tensor
+        ``heads.lambda_optimum`` of the token values, shape (batch, 1, T).
+    u : Tensor
+        The token values :math:`v^\top x_t`, shape (batch, 1, T).
+    theta : Tensor
+        The optimum's threshold (the largest value when :math:`\lambda = 0`), shape (batch, 1).
 
     Examples
     --------
@@ -518,10 +770,36 @@ class LambdaRuns:
 
 def lambda_sweep(lams: ArrayLike, *, batch: int = 200, seed: int = 0, T: int = 6,
                  steps: int = 2000) -> dict[float, LambdaRuns]:
-    """{lam: LambdaRuns} for each lam >= 0 of ``lams``: normalized GD (lr 0.1, logistic loss, ``steps`` steps)
-    with the head v^T a - lam ||a||^2 (lam = 0: the linear head) on the same ``batch`` sequences of T
-    orthonormal tokens (``data.orthonormal_problem(T, seed=seed)``), all values of lam trained together in one
-    batch.
+    r"""E5.2 for each :math:`\lambda \ge 0` of ``lams``: normalized GD (lr 0.1, logistic loss, ``steps`` steps) with
+    the head :math:`v^\top a - \lambda\|a\|^2` (:math:`\lambda = 0`: the linear head).
+
+    It runs on the same ``batch`` sequences of T orthonormal tokens (``data.orthonormal_problem(T, seed=seed)``),
+    all values of :math:`\lambda` trained together in one batch.
+
+    Parameters
+    ----------
+    lams : ArrayLike
+        Distinct values :math:`\lambda \ge 0`.
+    batch : int, default=200
+        The number of sequences.
+    seed : int, default=0
+        The seed of the sequences.
+    T : int, default=6
+        Tokens per sequence.
+    steps : int, default=2000
+        Steps of gradient descent.
+
+    Returns
+    -------
+    dict
+        {lam: LambdaRuns}.
+
+    Raises
+    ------
+    ValueError
+        If lams is not a non-empty list of distinct numbers :math:`\ge 0`.
+    FloatingPointError
+        If training overflows (use smaller values of :math:`\lambda`).
 
     Examples
     --------

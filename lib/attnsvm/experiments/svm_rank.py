@@ -28,9 +28,15 @@ CHUNK_SEED_STRIDE = 10**6  # chunk j of a point has seed base + j * CHUNK_SEED_S
 
 
 class Spectra(NamedTuple):
-    """The result at one grid point: ``values``, the singular values (2, found, d) of W_mm (Frobenius) and
-    W_mm_star (nuclear) of each feasible problem found, largest first; ``draws``, how many random problems were
-    drawn to find them.
+    r"""The result at one grid point.
+
+    Parameters
+    ----------
+    values : ndarray
+        The singular values (2, found, d) of :math:`W_{mm}` (Frobenius) and :math:`W^\star_{mm}` (nuclear) of
+        each feasible problem found, largest first.
+    draws : int
+        How many random problems were drawn to find them.
 
     Examples
     --------
@@ -63,12 +69,35 @@ def _arguments(n, T, d, count, max_draws, chunk) -> tuple[int, ...]:
 
 def feasible_problems(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000,
                       chunk: int = 2000) -> tuple[data.Problem, torch.Tensor, int]:
-    """The first ``count`` problems at (n, T, d) whose Att-SVM is feasible for the optimal tokens, drawn in chunks
-    (see the module docstring), and at most ``max_draws`` draws.
+    """The first ``count`` problems at (n, T, d) whose Att-SVM is feasible for the optimal tokens, drawn in chunks (see
+    the module docstring), and at most ``max_draws`` draws.
 
-    Returns (problems, alpha, draws) as ``theory.sample_feasible`` does: the batch of feasible problems, their
-    optimal tokens (found, n) and the number of problems drawn; fewer than ``count`` problems when
-    ``max_draws`` runs out first.
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence.
+    d : int
+        The dimension.
+    count : int, default=100
+        How many problems.
+    max_draws : int, default=2000
+        The most problems drawn.
+    chunk : int, default=2000
+        Problems drawn at a time.
+
+    Returns
+    -------
+    tuple
+        (problems, alpha, draws) as ``theory.sample_feasible`` returns them: the batch of feasible problems,
+        their optimal tokens (found, n) and the number of problems drawn; fewer than ``count`` problems when
+        ``max_draws`` runs out first.
+
+    Raises
+    ------
+    ValueError
+        If a size is out of range.
 
     Examples
     --------
@@ -96,6 +125,31 @@ def spectra(n: int, T: int, d: int, *, count: int = 100, max_draws: int = 2000, 
     """The singular values of both Att-SVM solutions on the feasible problems found at (n, T, d)
     (``feasible_problems``), and the number of problems drawn.
 
+    Parameters
+    ----------
+    n : int
+        The number of sequences.
+    T : int
+        Tokens per sequence.
+    d : int
+        The dimension.
+    count : int, default=100
+        As in ``feasible_problems``.
+    max_draws : int, default=2000
+        As in ``feasible_problems``.
+    chunk : int, default=2000
+        As in ``feasible_problems``.
+
+    Returns
+    -------
+    Spectra
+        The singular values and the draws.
+
+    Raises
+    ------
+    ValueError
+        If a size is out of range.
+
     Examples
     --------
     >>> from attnsvm.experiments import svm_rank
@@ -121,14 +175,36 @@ def _point_spectra(point: tuple[int, int, int], count: int, max_draws: int, chun
 
 def grid(points: Iterable[tuple[int, int, int]], *, count: int = 100, max_draws: int = 2000, chunk: int = 2000,
          workers: int | None = None) -> dict[tuple[int, int, int], Spectra]:
-    """``spectra`` at every (n, T, d) of ``points``, in their order: {point: Spectra}.
+    """``spectra`` at every (n, T, d) of ``points``, in their order.
 
-    Each point is a separate joblib task (so two slow points can run at the same time; list the slow ones
-    first). ``workers``: 1 computes the points in this process, k > 1 in k worker processes (joblib's default
-    backend, loky, or the backend of an enclosing ``joblib.parallel_config``); None (the default) leaves the
-    choice to joblib: this process, unless the call is inside ``joblib.parallel_config(n_jobs=..., backend=...)``,
-    e.g. ``backend="dask"`` to run the points on a Dask cluster. Each task sets ``setup()``'s numerics itself,
-    so the answer is the same bit for bit wherever the points run.
+    Each point is a separate joblib task (so two slow points can run at the same time; list the slow ones first).
+    Each task sets ``setup()``'s numerics itself, so the answer is the same bit for bit wherever the points run.
+
+    Parameters
+    ----------
+    points : Iterable of tuple
+        The (n, T, d) triples.
+    count : int, default=100
+        As in ``spectra``.
+    max_draws : int, default=2000
+        As in ``spectra``.
+    chunk : int, default=2000
+        As in ``spectra``.
+    workers : int or None, default=None
+        1 computes the points in this process, k > 1 in k worker processes (joblib's default backend, loky, or the
+        backend of an enclosing ``joblib.parallel_config``); None leaves the choice to joblib: this process,
+        unless the call is inside ``joblib.parallel_config(n_jobs=..., backend=...)``, e.g. ``backend="dask"`` to
+        run the points on a Dask cluster.
+
+    Returns
+    -------
+    dict
+        {point: Spectra}.
+
+    Raises
+    ------
+    ValueError
+        If points is empty or a point is invalid.
 
     Examples
     --------

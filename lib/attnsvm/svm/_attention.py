@@ -52,8 +52,14 @@ W_TOL = 1e-5  # certified ||W - W*||_F / ||W||_F of a soft margin (`_soft_margin
 
 
 class InfeasibleSVM(ValueError):
-    """No W separates the selected tokens with a positive margin (or only one of norm > MAX_NORM); ``instances``
-    lists the infeasible instances of a batch. A ValueError.
+    """No W separates the selected tokens with a positive margin (or only one of norm > ``MAX_NORM``). A ValueError.
+
+    Parameters
+    ----------
+    message : str
+        What is infeasible.
+    instances : Iterable of int
+        The infeasible instances of a batch (stored as ``.instances``), by default none.
 
     Examples
     --------
@@ -150,9 +156,30 @@ def _pairs(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray):
 
 def constraint_matrix(X: ArrayLike | Problem, Z: ArrayLike | None = None,
                       alpha: ArrayLike | None = None) -> np.ndarray:
-    """Rows kron(x_{i,alpha_i} - x_it, z_i) for all i and t != alpha_i, ordered by (i, t): shape (n(T-1), d^2).
-    One problem: X (n, T, d), Z (n, d), alpha (n,), or ``constraint_matrix(problem, alpha)`` with an unbatched
-    ``attnsvm.data.Problem``. The Att-SVM asks A vec(W) >= 1 (vec row-major).
+    r"""The Att-SVM's constraint matrix A, with rows :math:`(x_{i\alpha_i} - x_{it}) \otimes z_i` for all i and
+    :math:`t \ne \alpha_i`, ordered by (i, t).
+
+    The Att-SVM asks :math:`A\,\mathrm{vec}(W) \ge 1` (vec row-major). Call it as ``constraint_matrix(X, Z, alpha)``
+    for one problem, or ``constraint_matrix(problem, alpha)`` with an unbatched ``attnsvm.data.Problem``.
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (n, T, d), or a problem.
+    Z : ArrayLike or None, default=None
+        The queries (n, d); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (n,).
+
+    Returns
+    -------
+    ndarray
+        A, shape (n(T - 1), :math:`d^2`).
+
+    Raises
+    ------
+    ValueError
+        If X is a batch, T < 2, or the shapes do not fit.
 
     Examples
     --------
@@ -354,25 +381,55 @@ def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike
             norm: str | float = "fro",
             *, solver: str | None = None, return_multipliers: bool = False,
             options: dict | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """The Att-SVM solution W_alpha^mm, a numpy array of shape (..., d, d).
+    r"""The Att-SVM solution :math:`W^{mm}_\alpha`: the W of least norm with every margin :math:`(x_{i\alpha_i} -
+    x_{it})^\top W z_i \ge 1`.
 
-    ``att_svm(X, Z, alpha)``: X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the selected
-    token of each sequence; or ``att_svm(problem, alpha)`` with an ``attnsvm.data.Problem`` (its X and Z; then pass
-    ``norm`` by keyword). ``norm``: "fro" (Frobenius; GD on W) or "nuc" (nuclear; the (K, Q) parameterization,
-    rank unconstrained), or a number p >= 1 or ``float('inf')``: the entrywise lp norm of W (mirror descent with
-    potential ||W||_p^p; p = 2 gives the "fro" solution to solver tolerance), solved by Clarabel ("clarabel", the
-    default) or, for the linear programs p = 1 and infinity, by HiGHS ("highs"), for 1 < p < infinity by L-BFGS-B
-    on the dual ("dual", several times faster); its multipliers make A^T lambda a
-    subgradient of the lp norm at W. ``solver``: see ``SOLVERS``; default "nnls" for "fro" and "ipm" (the library's
-    interior-point method) for "nuc". ``return_multipliers``: also return the KKT multipliers lambda (..., n, T)
-    (0 at alpha), for which A^T lambda is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
-    ``options``: settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
-    {"eps_abs": 1e-4, "eps_rel": 1e-4} to see what a loose solver returns. No result depends on earlier calls;
-    within a call, SCS warm-starts each instance of a batch from the previous one.
-    Every returned W satisfies all margins >= 1 exactly: a solution short by round-off (less than MARGIN_TOL,
-    or anything with ``options``) is scaled up; a larger shortfall raises SolverError.
-    Raises InfeasibleSVM (its ``.instances`` lists the infeasible batch indices) when no W exists, and
-    FloatingPointError where float64 cannot hold the solution (data of extreme scale).
+    Call it as ``att_svm(X, Z, alpha)`` with arrays or ``att_svm(problem, alpha)`` with an ``attnsvm.data.Problem``
+    (its X and Z; then pass ``norm`` by keyword). No result depends on earlier calls; within a call, SCS
+    warm-starts each instance of a batch from the previous one. Every returned W satisfies all margins
+    :math:`\ge 1` exactly: a solution short by round-off (less than ``MARGIN_TOL``, or anything with ``options``)
+    is scaled up.
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (..., n, T, d), :math:`T \ge 2`, or a problem.
+    Z : ArrayLike or None, default=None
+        The queries (..., n, d); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (..., n).
+    norm : str or float, default='fro'
+        "fro" (Frobenius; GD on W), "nuc" (nuclear; the (K, Q) parameterization, rank unconstrained), or a number
+        :math:`p \ge 1` or ``float('inf')``: the entrywise :math:`\ell_p` norm of W (mirror descent with potential
+        :math:`\|W\|_p^p`; p = 2 gives the "fro" solution to solver tolerance), solved by Clarabel ("clarabel",
+        the default) or, for the linear programs p = 1 and :math:`\infty`, by HiGHS ("highs"), for
+        :math:`1 < p < \infty` by L-BFGS-B on the dual ("dual", several times faster); its multipliers make
+        :math:`A^\top\lambda` a subgradient of the :math:`\ell_p` norm at W.
+    solver : str or None, default=None
+        See ``SOLVERS``; None: "nnls" for "fro" and "ipm" (the library's interior-point method) for "nuc".
+    return_multipliers : bool, default=False
+        Also return the KKT multipliers :math:`\lambda` (..., n, T) (0 at alpha), for which
+        :math:`A^\top\lambda` is W ("fro") or a subgradient of the nuclear norm at W ("nuc").
+    options : dict or None, default=None
+        Settings passed to a cvxpy solver ("clarabel", "scs"), e.g. SCS's default accuracy
+        ``{"eps_abs": 1e-4, "eps_rel": 1e-4}`` to see what a loose solver returns.
+
+    Returns
+    -------
+    ndarray or tuple of ndarray
+        W, shape (..., d, d), and with ``return_multipliers`` the multipliers (..., n, T).
+
+    Raises
+    ------
+    InfeasibleSVM
+        (a ValueError) If no W exists; its ``.instances`` lists the infeasible batch indices.
+    SolverError
+        If a solution falls short of a margin by more than round-off.
+    FloatingPointError
+        If float64 cannot hold the solution (data of extreme scale).
+    ValueError
+        If an argument is invalid, e.g. T < 2, an unsupported norm or solver, or options with a solver that is not
+        cvxpy's.
 
     Examples
     --------
@@ -435,8 +492,29 @@ def att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike
 
 
 def feasible(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None) -> np.ndarray:
-    """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms): bool array of batch shape.
-    ``feasible(X, Z, alpha)`` with arrays or ``feasible(problem, alpha)`` with an ``attnsvm.data.Problem``.
+    """Whether the Att-SVM for (X, Z, alpha) has a solution (the same for both norms).
+
+    Call it as ``feasible(X, Z, alpha)`` with arrays or ``feasible(problem, alpha)`` with an
+    ``attnsvm.data.Problem``.
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (..., n, T, d), or a problem.
+    Z : ArrayLike or None, default=None
+        The queries (..., n, d); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (..., n).
+
+    Returns
+    -------
+    ndarray
+        A boolean array of the batch shape.
+
+    Raises
+    ------
+    ValueError
+        If T < 2 or the shapes do not fit.
 
     Examples
     --------
@@ -469,12 +547,32 @@ def _flags(value, name: str, shape: tuple) -> np.ndarray:
 
 def prompt_svm(X: ArrayLike | Problem, key: ArrayLike | None = None, alpha: ArrayLike | None = None, *,
                relaxed: ArrayLike | None = None) -> np.ndarray:
-    """Paper B's SVM for the query p: min ||p|| s.t. (k_{i,alpha_i} - k_it)^T p >= 1 for all i, t != alpha_i,
-    with keys k_it = key^T x_it. X (..., n, T, d) (or an ``attnsvm.data.Problem``, whose X is used), key (d, d),
-    alpha (..., n); returns p (..., d).
+    r"""Paper B's SVM for the query p: :math:`\min \|p\|` s.t. :math:`(k_{i\alpha_i} - k_{it})^\top p \ge 1` for all i,
+    :math:`t \ne \alpha_i`, with keys :math:`k_{it} = \mathrm{key}^\top x_{it}`.
 
-    ``relaxed``: optional boolean (..., n): those sequences only need margin >= 0 (the relaxed p-SVM of joint
-    training, where the sequences that are not support vectors of the head's SVM are relaxed).
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (..., n, T, d), or a problem (whose X is used).
+    key : ArrayLike or None, default=None
+        The key-query matrix (d, d); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (..., n).
+    relaxed : ArrayLike or None, default=None
+        Boolean (..., n): those sequences only need margin :math:`\ge 0` (the relaxed p-SVM of joint training,
+        where the sequences that are not support vectors of the head's SVM are relaxed).
+
+    Returns
+    -------
+    ndarray
+        p, shape (..., d).
+
+    Raises
+    ------
+    InfeasibleSVM
+        If no query separates the selected tokens.
+    ValueError
+        If the shapes do not fit (e.g. ``relaxed`` not one flag per sequence).
 
     Examples
     --------
@@ -509,12 +607,20 @@ def prompt_svm(X: ArrayLike | Problem, key: ArrayLike | None = None, alpha: Arra
 
 @dataclass(frozen=True)
 class GeneralSVM:
-    """Paper A's general SVM equivalence for attention that mixes the tokens O_i (nonlinear heads).
+    r"""Paper A's general SVM equivalence for attention that mixes the tokens :math:`O_i` (nonlinear heads).
 
-    W_fin: the minimum-norm W with (x_it - x_itau)^T W z_i = log(s_it / s_itau) for t, tau in O_i (the finite
-    part: it sets the softmax composition inside O_i). W_mm: the minimum-norm W with margin >= 1 from every
-    t in O_i to every tau outside O_i and equal logits inside O_i (the directional part: it masks the rest).
     What ``general_svm`` returns.
+
+    Parameters
+    ----------
+    relevant : ndarray
+        The masks of the sets :math:`O_i`, shape (n, T).
+    W_fin : ndarray
+        The finite part: the minimum-norm W with :math:`(x_{it} - x_{i\tau})^\top W z_i = \log(s_{it}/s_{i\tau})`
+        for :math:`t, \tau \in O_i` (it sets the softmax composition inside :math:`O_i`), shape (d, d).
+    W_mm : ndarray
+        The directional part: the minimum-norm W with margin :math:`\ge 1` from every t in :math:`O_i` to every
+        :math:`\tau` outside :math:`O_i` and equal logits inside :math:`O_i` (it masks the rest), shape (d, d).
 
     Examples
     --------
@@ -528,8 +634,22 @@ class GeneralSVM:
     W_mm: np.ndarray  # (d, d)
 
     def combined(self, W_gd: ArrayLike) -> np.ndarray:
-        """W_SVMeq = W_fin + C W_mm with C = argmin_C ||W_fin + C W_mm - W_gd||_F; W_gd (d, d), e.g. the last
-        iterate of gradient descent.
+        r""":math:`W_{SVMeq} = W_{fin} + C\, W_{mm}` with :math:`C = \arg\min_C \|W_{fin} + C\, W_{mm} - W_{gd}\|_F`.
+
+        Parameters
+        ----------
+        W_gd : ArrayLike
+            A matrix (d, d), e.g. the last iterate of gradient descent.
+
+        Returns
+        -------
+        ndarray
+            :math:`W_{SVMeq}`, shape (d, d).
+
+        Raises
+        ------
+        ValueError
+            If W_gd does not have shape (d, d) or is not finite.
 
         Examples
         --------
@@ -555,13 +675,35 @@ class GeneralSVM:
 
 def general_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, probs: ArrayLike | None = None, *,
                 threshold: float = 1e-3) -> GeneralSVM:
-    """The general SVM of one problem, X (n, T, d), Z (n, d) (or ``general_svm(problem, probs)`` with an unbatched
-    ``attnsvm.data.Problem``), from attention probabilities ``probs`` (n, T) (e.g. the final softmax of gradient
-    descent; each row sums to 1): O_i = {t : s_it >= threshold} (paper A's code uses 1e-3), ``threshold`` in
-    (0, 1].
+    r"""The general SVM of one problem, from attention probabilities: :math:`O_i = \{t : s_{it} \ge
+    \mathrm{threshold}\}`.
 
-    Raises InfeasibleSVM if the finite part has no solution (the log-ratios of probs inside O_i are those of no
-    W) or the directional part has none (or no token is masked anywhere).
+    Call it as ``general_svm(X, Z, probs)`` or ``general_svm(problem, probs)`` with an unbatched
+    ``attnsvm.data.Problem``.
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (n, T, d), or a problem.
+    Z : ArrayLike or None, default=None
+        The queries (n, d); with a problem, probs.
+    probs : ArrayLike or None, default=None
+        Attention probabilities (n, T), each row summing to 1 (e.g. the final softmax of gradient descent).
+    threshold : float, default=0.001
+        In (0, 1] (paper A's code uses 1e-3).
+
+    Returns
+    -------
+    GeneralSVM
+        The sets :math:`O_i` and the finite and directional parts.
+
+    Raises
+    ------
+    InfeasibleSVM
+        If the finite part has no solution (the log-ratios of probs inside :math:`O_i` are those of no W) or the
+        directional part has none (or no token is masked anywhere).
+    ValueError
+        If X is a batch, T < 2, probs are not probabilities, or threshold is not in (0, 1].
 
     Examples
     --------
@@ -635,11 +777,32 @@ def general_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, probs: Array
 
 def head_svm(X: ArrayLike | Problem, Y: ArrayLike | None = None,
              alpha: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The hard-margin SVM of the head on the selected tokens: v_mm = argmin ||v|| s.t. Y_i v^T x_{i,alpha_i} >= 1.
+    r"""The hard-margin SVM of the head on the selected tokens: :math:`v_{mm} = \arg\min \|v\|` s.t.
+    :math:`Y_i v^\top x_{i\alpha_i} \ge 1`.
 
-    One problem: X (n, T, d), Y (n,) labels +-1, alpha (n,), or ``head_svm(problem, alpha)`` with an unbatched
-    ``attnsvm.data.Problem`` (its X and Y). Returns (v_mm (d,), support (n,) bool: the sequences on the margin, the
-    support vectors). In paper B's joint training, the p-SVM relaxes the other sequences.
+    In paper B's joint training, the p-SVM relaxes the other sequences. Call it as ``head_svm(X, Y, alpha)`` for
+    one problem or ``head_svm(problem, alpha)`` with an unbatched ``attnsvm.data.Problem`` (its X and Y).
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (n, T, d), or a problem.
+    Y : ArrayLike or None, default=None
+        The labels :math:`\pm 1` (n,); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (n,).
+
+    Returns
+    -------
+    tuple of ndarray
+        :math:`v_{mm}` (d,) and ``support`` (n,) bool: the sequences on the margin, the support vectors.
+
+    Raises
+    ------
+    InfeasibleSVM
+        If the selected tokens are not linearly separable by their labels.
+    ValueError
+        If X is a batch, a label is not :math:`\pm 1`, or the shapes do not fit.
 
     Examples
     --------

@@ -31,8 +31,24 @@ DIAGONAL_NORMS = (1, 2)  # the exponents p of the diagonal Att-SVM: ||w||_1 = ||
 
 
 def diagonal_features(problem: Problem) -> torch.Tensor:
-    """The features phi_it = x_it * z_i (entrywise) of the diagonal model, shape (..., n, T, d): the logit of
-    token t under W = diag(w) is ``phi[..., i, t, :] @ w``.
+    r"""The features :math:`\phi_{it} = x_{it} \odot z_i` of the diagonal model.
+
+    The logit of token t under :math:`W = \mathrm{diag}(w)` is ``phi[..., i, t, :] @ w``.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+
+    Returns
+    -------
+    Tensor
+        :math:`\phi`, shape (..., n, T, d).
+
+    Raises
+    ------
+    ValueError
+        If the problem has no queries Z.
 
     Examples
     --------
@@ -73,11 +89,34 @@ def _nonnegative_l1(A: np.ndarray):
 
 
 def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegative: bool = False) -> np.ndarray:
-    """The diagonal Att-SVM w_alpha^p (..., d): the w of least ``norm`` (2: ||w||_2; 1: ||w||_1) with margins
-    <phi_{i,alpha_i} - phi_it, w> >= 1 (``diagonal_features``), i.e. the Att-SVM over W = diag(w) with the
-    Frobenius (2) or nuclear (1) norm. ``alpha``: the selected token of each sequence (..., n).
-    ``nonnegative``: also ask w >= 0. Raises InfeasibleSVM (its ``.instances`` lists the batch instances) where
-    no such w exists; the l1 solution (a linear program) may not be unique, and this is the one HiGHS returns.
+    r"""The diagonal Att-SVM :math:`w^p_\alpha`: the w of least norm with margins :math:`\langle \phi_{i\alpha_i} -
+    \phi_{it}, w\rangle \ge 1` (``diagonal_features``).
+
+    It is the Att-SVM over :math:`W = \mathrm{diag}(w)` with the Frobenius (2) or nuclear (1) norm. The
+    :math:`\ell_1` solution (a linear program) may not be unique, and this is the one HiGHS returns.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    alpha : ArrayLike
+        The selected token of each sequence, shape (..., n).
+    norm : {1, 2}, default=2
+        2: :math:`\|w\|_2`; 1: :math:`\|w\|_1`.
+    nonnegative : bool, default=False
+        Also ask :math:`w \ge 0`.
+
+    Returns
+    -------
+    ndarray
+        w, shape (..., d).
+
+    Raises
+    ------
+    InfeasibleSVM
+        Where no such w exists; its ``.instances`` lists the batch instances.
+    ValueError
+        If norm is not 1 or 2, or alpha does not fit the problem.
 
     Examples
     --------

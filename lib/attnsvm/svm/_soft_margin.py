@@ -659,32 +659,60 @@ def _threshold(rows: _Rows, W: np.ndarray, lam: np.ndarray, groups: np.ndarray) 
 def soft_margin_svm(rows: ArrayLike | tuple[ArrayLike, ArrayLike], C: float | None = None, *,
                     objective: str = "squared", groups: ArrayLike | None = None,
                     return_multipliers: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """The hard- or soft-margin SVM of m linear margin constraints, numpy.
+    r"""The hard- or soft-margin SVM of m linear margin constraints, in numpy.
 
-    ``rows``: a constraint matrix A (m, p), one row a_c per constraint a_c^T w >= 1 (returns w (p,)), or a pair
-    (deltas (m, d), queries (m, e)) of an attention SVM's Kronecker rows kron(delta_c, z_c), the constraints
-    delta_c^T W z_c >= 1 (returns W (d, e)); the causal Att-SVM (``causal.att_svm``) passes its rows this way.
+    C=None gives the hard-margin SVM, :math:`\min \|w\|` s.t. every margin :math:`\ge 1`. C > 0 gives the
+    soft-margin SVM with slacks :math:`\xi \ge 0` on the margins, :math:`\mathrm{margin}_c \ge 1 - \xi`, with the
+    objective :math:`\frac{1}{2}\|w\|^2 + C\sum\xi` (objective="squared") or paper C's :math:`\|w\| + C\sum\xi`
+    ("norm"); the "norm" solution for C is the "squared" one for :math:`C\|w\|`. Both are solved on the active set
+    of Clarabel's interior-point solution and certified to the bound in the notes. The cost grows with m, not
+    with p: every solver works with the Gram matrix of the rows.
 
-    ``C=None``: the hard-margin SVM, min ||w|| s.t. every margin >= 1; raises InfeasibleSVM when no w exists
-    (or only one of norm above ``MAX_NORM``). ``C > 0``: the soft-margin SVM with slacks xi >= 0 on the margins,
-    margin_c >= 1 - xi, with the objective (1/2)||w||^2 + C sum xi (``objective="squared"``) or paper C's
-    ||w|| + C sum xi (``"norm"``); the "norm" solution for C is the "squared" one for C ||w||. Both are solved on
-    the active set of Clarabel's interior-point solution and certified to the bound below.
-    ``groups``: None (one slack per constraint) or one integer label per constraint, the constraints of a label
-    sharing one slack (paper C's per-token slack).
-    ``return_multipliers``: also return lam (m,) with w = A^T lam ("squared" and hard) or w = ||w|| A^T lam
-    ("norm") to the bound below, 0 <= lam <= C, or with the exact sum of lam over a group at most C.
+    Parameters
+    ----------
+    rows : ArrayLike or tuple
+        A constraint matrix A (m, p), one row :math:`a_c` per constraint :math:`a_c^\top w \ge 1`, or a pair
+        (deltas (m, d), queries (m, e)) of an attention SVM's Kronecker rows :math:`\delta_c \otimes z_c`, the
+        constraints :math:`\delta_c^\top W z_c \ge 1`; the causal Att-SVM (``causal.att_svm``) passes its rows
+        this way.
+    C : float or None, default=None
+        None (hard margin) or the penalty C > 0.
+    objective : {'squared', 'norm'}, default='squared'
+        The soft-margin objective.
+    groups : ArrayLike or None, default=None
+        None (one slack per constraint) or one integer label per constraint, the constraints of a label sharing
+        one slack (paper C's per-token slack).
+    return_multipliers : bool, default=False
+        Also return :math:`\lambda` (m,) with :math:`w = A^\top\lambda` ("squared" and hard) or
+        :math:`w = \|w\| A^\top\lambda` ("norm") to the bound in the notes, :math:`0 \le \lambda \le C`, or with the
+        exact sum of :math:`\lambda` over a group at most C.
 
-    The cost grows with m, not with p: every solver works with the Gram matrix of the rows. A hard-margin solution
-    short of a margin by round-off is scaled up (the rule of ``att_svm``) and checked against its dual to
-    ``GAP_TOL["hard"]``. A soft-margin one is certified by its multipliers: ||w - w*|| <= sqrt(2 (P - D)) <=
-    ``W_TOL`` ||w|| = 1e-5 ||w|| for the "squared" form (P - D: its duality gap, round-off included), for "norm"
-    the same bound for the "squared" form at C ||w|| and its own duality gap within ``GAP_TOL["soft"]`` = 1e-9
-    relative; w = A^T lam or ||w|| A^T lam holds to the same bound. SolverError where no candidate is certified:
-    measured, from C ~ 2e4 for both objectives on next-token language problems (all at C >= 1e6), and in a sweep
-    of 360 problems (Gaussian,
-    low-rank, near-copy, tied and language rows, C log-uniform in [1e-6, 1e8]) 57 times: 50 at C >= 2e4, and 7
-    below, all for rows within 1e-6 of copies of one another (or of their negatives).
+    Returns
+    -------
+    ndarray or tuple of ndarray
+        w (p,) for a matrix, W (d, e) for a pair, and with ``return_multipliers`` :math:`\lambda` (m,).
+
+    Raises
+    ------
+    InfeasibleSVM
+        If C is None and no w exists (or only one of norm above ``MAX_NORM``).
+    SolverError
+        If no candidate is certified (see the notes).
+    ValueError
+        If an argument is invalid (the message names it), e.g. C :math:`\le 0` or groups not one label per
+        constraint.
+
+    Notes
+    -----
+    A hard-margin solution short of a margin by round-off is scaled up (the rule of ``att_svm``) and checked against
+    its dual to ``GAP_TOL["hard"]``. A soft-margin one is certified by its multipliers: :math:`\|w - w^*\| \le
+    \sqrt{2(P - D)} \le` ``W_TOL`` :math:`\|w\| = 10^{-5}\|w\|` for the "squared" form (P - D: its duality gap,
+    round-off included), for "norm" the same bound for the "squared" form at :math:`C\|w\|` and its own duality gap
+    within ``GAP_TOL["soft"]`` = 1e-9 relative; :math:`w = A^\top\lambda` or :math:`\|w\| A^\top\lambda` holds to
+    the same bound. SolverError where no candidate is certified: measured, from C ~ 2e4 for both objectives on
+    next-token language problems (all at C >= 1e6), and in a sweep of 360 problems (Gaussian, low-rank,
+    near-copy, tied and language rows, C log-uniform in [1e-6, 1e8]) 57 times: 50 at C >= 2e4, and 7 below, all
+    for rows within 1e-6 of copies of one another (or of their negatives).
 
     Examples
     --------
@@ -713,14 +741,34 @@ def soft_margin_svm(rows: ArrayLike | tuple[ArrayLike, ArrayLike], C: float | No
 
 
 def penalty_threshold(rows: ArrayLike | tuple[ArrayLike, ArrayLike], *, groups: ArrayLike | None = None) -> float:
-    """The exact-penalty threshold C* of paper C's soft-margin form (``objective="norm"``) for these ``rows``.
+    r"""The exact-penalty threshold :math:`C^*` of paper C's soft-margin form (objective="norm") for these rows.
 
-    With lam the multipliers of the hard-margin SVM (w^mm = A^T lam, lam >= 0, lam_c = 0 off the margin),
-    C* = min over all such lam of max_c lam_c / ||w^mm|| (``groups=None``), or of the largest sum of lam over a
-    group, divided by ||w^mm|| (shared slacks). The soft-margin solution is w^mm for every C > C*, w^mm is one
-    solution at C = C*, and it is none for C < C*. The minimum over lam matters only when the constraints on the
-    margin are linearly dependent (otherwise lam is unique); it is a linear program (HiGHS). ``rows`` and
-    ``groups`` as in ``soft_margin_svm``; raises InfeasibleSVM where the hard-margin SVM does not exist.
+    With :math:`\lambda` the multipliers of the hard-margin SVM (:math:`w^{mm} = A^\top\lambda`,
+    :math:`\lambda \ge 0`, :math:`\lambda_c = 0` off the margin), :math:`C^*` is the minimum over all such
+    :math:`\lambda` of :math:`\max_c \lambda_c/\|w^{mm}\|` (groups=None), or of the largest sum of :math:`\lambda`
+    over a group, divided by :math:`\|w^{mm}\|` (shared slacks). The soft-margin solution is :math:`w^{mm}` for
+    every :math:`C > C^*`, :math:`w^{mm}` is one solution at :math:`C = C^*`, and it is none for
+    :math:`C < C^*`. The minimum over :math:`\lambda` matters only when the constraints on the margin are linearly
+    dependent (otherwise :math:`\lambda` is unique); it is a linear program (HiGHS).
+
+    Parameters
+    ----------
+    rows : ArrayLike or tuple
+        As in ``soft_margin_svm``.
+    groups : ArrayLike or None, default=None
+        As in ``soft_margin_svm``.
+
+    Returns
+    -------
+    float
+        :math:`C^*`.
+
+    Raises
+    ------
+    InfeasibleSVM
+        If the hard-margin SVM does not exist.
+    ValueError
+        If rows or groups are invalid.
 
     Examples
     --------

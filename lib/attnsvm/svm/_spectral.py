@@ -54,15 +54,38 @@ def _solver(solver: str, k: int, d: int):
 
 def spectral_att_svm(X: ArrayLike | Problem, Z: ArrayLike | None = None, alpha: ArrayLike | None = None, *,
                      solver: str = "clarabel") -> np.ndarray:
-    """The spectral-norm Att-SVM: argmin sigma_max(W) with every margin (x_{i,alpha_i} - x_it)^T W z_i >= 1, a
-    numpy array of shape (..., d, d).
+    r"""The spectral-norm Att-SVM: :math:`\arg\min \sigma_{\max}(W)` with every margin :math:`(x_{i\alpha_i} -
+    x_{it})^\top W z_i \ge 1`.
 
-    ``spectral_att_svm(X, Z, alpha)``: X (..., n, T, d) tokens (T >= 2), Z (..., n, d) queries, alpha (..., n) the
-    selected token of each sequence; or ``spectral_att_svm(problem, alpha)`` with an ``attnsvm.data.Problem``.
-    ``solver``: "clarabel" (default) or "scs", through cvxpy. Every returned W satisfies all margins >= 1 exactly (a
-    solution short by round-off is scaled up; a larger shortfall raises ``SolverError``). The minimal value is
-    unique, the minimizer need not be: compare values of ``sigma_max``, or margins, rather than matrices.
-    Raises ``InfeasibleSVM`` where no W separates the selected tokens (exactly where ``feasible`` is False).
+    Every returned W satisfies all margins :math:`\ge 1` exactly (a solution short by round-off is scaled up). The
+    minimal value is unique, the minimizer need not be: compare values of :math:`\sigma_{\max}`, or margins, rather
+    than matrices. Call it as ``spectral_att_svm(X, Z, alpha)`` or ``spectral_att_svm(problem, alpha)`` with an
+    ``attnsvm.data.Problem``.
+
+    Parameters
+    ----------
+    X : ArrayLike or Problem
+        The tokens (..., n, T, d), :math:`T \ge 2`, or a problem.
+    Z : ArrayLike or None, default=None
+        The queries (..., n, d); with a problem, alpha.
+    alpha : ArrayLike or None, default=None
+        The selected token of each sequence, shape (..., n).
+    solver : {'clarabel', 'scs'}, default='clarabel'
+        The solver, through cvxpy.
+
+    Returns
+    -------
+    ndarray
+        W, shape (..., d, d).
+
+    Raises
+    ------
+    InfeasibleSVM
+        Where no W separates the selected tokens (exactly where ``feasible`` is False).
+    SolverError
+        If a solution falls short of a margin by more than round-off.
+    ValueError
+        If T < 2, the shapes do not fit, or the solver is not supported.
 
     Examples
     --------

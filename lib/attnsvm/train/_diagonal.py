@@ -52,18 +52,46 @@ def _starts(problem: Problem, factorized: bool, init) -> tuple[torch.Tensor, ...
 @torch.no_grad()  # a run records data, not a graph
 def diagonal_gd(problem: Problem, *, factorized: bool, steps: int, lr: float, init: ArrayLike | tuple | None = None,
                 normalized: bool = True, record_every: int = 1, loss: str = "logistic") -> Trajectory:
-    """Gradient descent on diagonal attention: on w for W = diag(w) (``factorized=False``), or on (k, q) for
-    W = diag(k) diag(q) = diag(k * q) (``factorized=True``), for every problem in the batch.
+    r"""Gradient descent on diagonal attention: on w for :math:`W = \mathrm{diag}(w)`, or on (k, q) for
+    :math:`W = \mathrm{diag}(k)\,\mathrm{diag}(q) = \mathrm{diag}(k \odot q)`, for every problem in the batch.
 
-    With g = dL/dw (the diagonal of dL/dW), a step is w <- w - eta g, or k <- k - eta g * q and q <- q - eta g * k
-    (simultaneously). ``normalized`` (default): eta = lr / ||g||_2, so that both models take steps of the same
-    gradient-flow time (a W-step of length lr); a zero gradient gives no step. Otherwise eta = lr (plain gradient
-    descent). ``init``: for ``factorized=False`` None (w = 0) or an initial w, (d,) or (..., d); for
-    ``factorized=True`` a pair (k0, q0) of such vectors (required, and not zero in every coordinate of a problem:
-    k = q = 0 is a stationary point, so such a start raises ValueError).
-    ``loss``: a name of ``model.LOSSES``. Returns a Trajectory whose ``W`` (and, factorized, ``K`` and ``Q``) hold
-    the diagonal matrices diag(w) (diag(k), diag(q)), shape (records, ..., d, d), recorded at steps 0,
-    record_every, ..., and ``steps``.
+    With :math:`g = \partial L/\partial w` (the diagonal of :math:`\partial L/\partial W`), a step is
+    :math:`w \leftarrow w - \eta g`, or :math:`k \leftarrow k - \eta\, g \odot q` and
+    :math:`q \leftarrow q - \eta\, g \odot k` (simultaneously).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    factorized : bool
+        Train (k, q) for :math:`W = \mathrm{diag}(k \odot q)`; False: w for :math:`W = \mathrm{diag}(w)`.
+    steps : int
+        The number of steps.
+    lr : float
+        The step size.
+    init : ArrayLike, tuple or None, default=None
+        For factorized=False, None (w = 0) or an initial w, (d,) or (..., d); for factorized=True a pair (k0, q0)
+        of such vectors (required, and not zero in every coordinate of a problem: k = q = 0 is a stationary
+        point).
+    normalized : bool, default=True
+        :math:`\eta = \mathrm{lr}/\|g\|_2`, so that both models take steps of the same gradient-flow time (a
+        W-step of length lr); a zero gradient gives no step. False: :math:`\eta = \mathrm{lr}`.
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Trajectory
+        Its ``W`` (and, factorized, ``K`` and ``Q``) hold the diagonal matrices diag(w) (diag(k), diag(q)), shape
+        (records, ..., d, d), recorded at steps 0, ``record_every``, ..., and ``steps``.
+
+    Raises
+    ------
+    ValueError
+        If factorized=True and ``init`` is missing or zero in every coordinate of a problem, or an argument is
+        invalid.
 
     Examples
     --------

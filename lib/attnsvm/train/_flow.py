@@ -48,9 +48,30 @@ _E = (71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 4
 
 @dataclass(frozen=True)
 class Flow:
-    """Gradient flow recorded at the times ``s`` (the time change of ``gradient_flow``); arrays have shape
-    (records, *batch, ...). ``K``, ``Q`` and ``drift`` (||C(s) - C(0)||_F with C = K^T K - Q^T Q) are None for the
-    unfactorized models; ``steps`` and ``rejected`` count the integrator's steps per problem.
+    r"""Gradient flow recorded at the times s (the time change of ``gradient_flow``).
+
+    Tensors have shape (records, *batch, ...).
+
+    Parameters
+    ----------
+    s : ndarray
+        The recorded times, shape (records,).
+    W : Tensor
+        The attention weights, shape (records, ..., d, d).
+    probs : Tensor
+        The softmax probabilities, shape (records, ..., n, T).
+    loss : Tensor
+        The empirical risk, shape (records, ...).
+    K : Tensor or None
+        The key factor (None for the unfactorized models).
+    Q : Tensor or None
+        The query factor (None for the unfactorized models).
+    drift : Tensor or None
+        :math:`\|C(s) - C(0)\|_F` with :math:`C = K^\top K - Q^\top Q` (None for the unfactorized models).
+    steps : Tensor
+        The integrator's accepted steps per problem.
+    rejected : Tensor
+        Its rejected steps per problem.
 
     Examples
     --------
@@ -72,7 +93,12 @@ class Flow:
     rejected: torch.Tensor  # (...,)
 
     def selection(self) -> torch.Tensor:
-        """The token each sequence attends to most at the last record, shape (..., n).
+        """The token each sequence attends to most at the last record.
+
+        Returns
+        -------
+        Tensor
+            Token indices, shape (..., n).
 
         Examples
         --------
@@ -137,18 +163,49 @@ def _invariant(param: str, theta: tuple) -> torch.Tensor | None:
 def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple | None, record_at: ArrayLike,
                   rtol: float = 1e-10, loss: str = "logistic", m: int | None = None, seed: int = 0,
                   max_steps: int = 200_000) -> Flow:
-    """Gradient flow on W (``param="W"``), (K, Q) with W = K Q^T (``"KQ"``), w with W = diag(w) (``"diagonal"``)
-    or (k, q) with W = diag(k * q) (``"diagonal_KQ"``), for every problem in the batch, by an adaptive embedded
-    Runge-Kutta method (Dormand-Prince 5(4)) in the time s of ds = ||d theta|| / (1 + ||theta||), the norm over
-    all parameters together: a time change, so the trajectory is exactly the flow's (see the module's note).
+    r"""Gradient flow on W, on (K, Q) with :math:`W = KQ^\top`, on w with :math:`W = \mathrm{diag}(w)` or on (k, q)
+    with :math:`W = \mathrm{diag}(k \odot q)`, for every problem in the batch.
 
-    ``init``: for "W" and "KQ" as ``train.gd``'s (None, "zeros", "uniform" seeded by ``seed`` with width ``m``
-    (default d), an initial W or a pair (K0, Q0)); for "diagonal" None (w = 0) or a vector (d,) or (..., d); for
-    "diagonal_KQ" a pair (k0, q0) of such vectors. ``record_at``: the times s > 0 to record, increasing (s = 0 is
-    recorded too). ``rtol``: a step is accepted when its local error estimate is at most rtol (1 + ||theta||).
-    ``loss``: a name of ``model.LOSSES``. ``max_steps``: the most steps (accepted or rejected) per problem; beyond
-    it a RuntimeError. Returns a ``Flow``; for the factorized models its ``drift`` is ||C(s) - C(0)||_F with
-    C = K^T K - Q^T Q (diagonal: k * k - q * q), which the exact flow keeps at 0.
+    An adaptive embedded Runge-Kutta method (Dormand-Prince 5(4)) integrates it in the time s of
+    :math:`ds = \|d\theta\|/(1 + \|\theta\|)`, the norm over all parameters together: a time change, so the
+    trajectory is exactly the flow's (see the module's note).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    param : {'W', 'KQ', 'diagonal', 'diagonal_KQ'}
+        The parameters.
+    init : str, ArrayLike, tuple or None
+        For "W" and "KQ" as ``train.gd``'s (None, "zeros", "uniform" seeded by ``seed`` with width ``m``, an
+        initial W or a pair (K0, Q0)); for "diagonal" None (w = 0) or a vector (d,) or (..., d); for
+        "diagonal_KQ" a pair (k0, q0) of such vectors.
+    record_at : ArrayLike
+        The times s > 0 to record, increasing (s = 0 is recorded too).
+    rtol : float, default=1e-10
+        A step is accepted when its local error estimate is at most :math:`\mathrm{rtol}\,(1 + \|\theta\|)`.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    m : int or None, default=None
+        The width of K and Q (None: d).
+    seed : int, default=0
+        The seed of "uniform".
+    max_steps : int, default=200000
+        The most steps (accepted or rejected) per problem.
+
+    Returns
+    -------
+    Flow
+        The flow at the recorded times; for the factorized models its ``drift`` is :math:`\|C(s) - C(0)\|_F` with
+        :math:`C = K^\top K - Q^\top Q` (diagonal: :math:`k \odot k - q \odot q`), which the exact flow keeps at 0.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, e.g. ``record_at`` not positive and increasing, rtol outside
+        :math:`[10^{-14}, 10^{-2}]`, or m with a param other than "KQ".
+    RuntimeError
+        If a problem needs more than ``max_steps`` steps.
 
     Examples
     --------

@@ -41,8 +41,24 @@ GRADIENTS = ("exact", "autograd")  # how `train.gd` computes the gradient: this 
 
 
 class LogitGradient(NamedTuple):
-    """dL/dlogits = exp(log_scale)[..., None, None] * direction, with the quantities computed on the way (what
-    ``logit_gradient`` returns, and the third part of what ``weight_gradient`` returns).
+    r"""The gradient with respect to the logits, :math:`\partial L/\partial\,\mathrm{logits} = e^{\mathrm{log\_scale}}\,
+    \mathrm{direction}`, and the quantities computed on the way.
+
+    What ``logit_gradient`` returns, and the third part of what ``weight_gradient`` returns.
+
+    Parameters
+    ----------
+    direction : Tensor
+        The finite direction, shape (..., n, T).
+    log_scale : Tensor
+        The log of its scale, shape (...).
+    probs : Tensor
+        The softmax probabilities, shape (..., n, T).
+    outputs : Tensor
+        The model's outputs, shape (..., n).
+    log_slopes : Tensor
+        :math:`\log|\partial L/\partial f_i|` (the sign of :math:`\partial L/\partial f_i` is :math:`-Y_i`),
+        shape (..., n).
 
     Examples
     --------
@@ -60,13 +76,33 @@ class LogitGradient(NamedTuple):
 
 def logit_gradient(problem: Problem, logits: ArrayLike, loss: str = "logistic", head: Head | None = None,
                    values: ArrayLike | None = None) -> LogitGradient:
-    """The gradient of the empirical risk with respect to the logits (..., n, T).
+    r"""The gradient of the empirical risk with respect to the logits (..., n, T).
 
-    ``logits``: finite, or -inf for a token left out (attention exactly 0, gradient exactly 0), with at least two
-    finite logits per sequence. ``loss``: the loss, a name of ``model.LOSSES``. ``head``: None for the linear head
-    v of the problem (its token values X v are ``values``, by default ``model.token_values(problem)``; loops pass
-    them, computed once), or a head of ``attnsvm.heads``, whose gradient at the attention output
-    a_i = X_i^T s_i gives the token values.
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    logits : ArrayLike
+        Finite, or :math:`-\infty` for a token left out (attention exactly 0, gradient exactly 0), with at least
+        two finite logits per sequence; shape (..., n, T).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    head : Head or None, default=None
+        None for the linear head v of the problem, or a head of ``attnsvm.heads``, whose gradient at the attention
+        output :math:`a_i = X_i^\top s_i` gives the token values.
+    values : ArrayLike or None, default=None
+        The token values Xv of the linear head (None: ``model.token_values(problem)``; loops pass them, computed
+        once).
+
+    Returns
+    -------
+    LogitGradient
+        The gradient as a finite direction and a log scale, with the probabilities, outputs and log slopes.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, e.g. a sequence with fewer than two finite logits.
 
     Examples
     --------
@@ -173,9 +209,34 @@ def _logit_gradient(problem: Problem, logits: torch.Tensor, loss: str, head, val
 
 def weight_gradient(problem: Problem, W: ArrayLike, loss: str = "logistic", head: Head | None = None,
                     values: ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor, LogitGradient]:
-    """(direction (..., d, d), log_scale (...,), LogitGradient): dL/dW = exp(log_scale) * direction, with the
-    direction finite however far softmax saturates. ``loss``: the loss; ``head`` and ``values`` as
-    ``logit_gradient``'s. ``train.loss_gradient`` returns the product.
+    r"""The gradient :math:`\partial L/\partial W = e^{\mathrm{log\_scale}}\,\mathrm{direction}`, with the direction
+    finite however far softmax saturates.
+
+    ``train.loss_gradient`` returns the product.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The attention weights, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    head : Head or None, default=None
+        As in ``logit_gradient``.
+    values : ArrayLike or None, default=None
+        As in ``logit_gradient``.
+
+    Returns
+    -------
+    tuple
+        (direction, log_scale, LogitGradient): the direction (..., d, d), its log scale (...) and the gradient
+        with respect to the logits.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------

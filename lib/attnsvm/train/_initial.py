@@ -17,9 +17,26 @@ PARAMS = ("W", "KQ")  # W trained directly, or its factors W = K Q^T
 
 
 def uniform_init(shape: tuple[int, ...], seed: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Entries uniform in [-1/sqrt(d), 1/sqrt(d)] (torch.nn.Linear's default), d = shape[-2]. ``shape``:
-    (..., d, m) with d >= 1; ``seed``: an integer in [0, 2**63); ``device``: None or "cpu" (attnsvm computes on
-    the CPU).
+    r"""Entries uniform in :math:`[-1/\sqrt{d}, 1/\sqrt{d}]` (torch.nn.Linear's default), d = shape[-2].
+
+    Parameters
+    ----------
+    shape : tuple of int
+        (..., d, m) with :math:`d \ge 1`.
+    seed : int
+        An integer in :math:`[0, 2^{63})`.
+    device : str or None, default=None
+        None or "cpu" (attnsvm computes on the CPU).
+
+    Returns
+    -------
+    Tensor
+        The draw, of the given shape.
+
+    Raises
+    ------
+    ValueError
+        If ``shape`` has :math:`d < 1` or ``seed`` is out of range.
 
     Examples
     --------
@@ -55,12 +72,33 @@ def _shape(shape, name: str = "shape") -> tuple:
 
 def initial_parameters(problem: Problem, param: str, init: str | ArrayLike | tuple[ArrayLike, ArrayLike] | None,
                        m: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """The initial parameters: a tuple (W,) or (K, Q), each of shape (..., d, d) or (..., d, m) (detached: training
-    records data, not a graph), as ``train.gd`` starts from them.
+    """The initial parameters, (W,) or (K, Q), as ``train.gd`` starts from them.
 
-    ``param``: "W" or "KQ"; ``init``: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W
-    (..., d, d) or a pair (K0, Q0), not both zero for any problem (a saddle point, like "zeros" for (K, Q));
-    ``m``: the width of K and Q for "uniform"; ``seed``: the seed of "uniform".
+    They are detached: training records data, not a graph.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    param : {'W', 'KQ'}
+        Which parameters.
+    init : str, ArrayLike, tuple or None
+        None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform", an initial W (..., d, d) or a pair
+        (K0, Q0), not both zero for any problem (a saddle point, like "zeros" for (K, Q)).
+    m : int
+        The width of K and Q for "uniform".
+    seed : int
+        The seed of "uniform".
+
+    Returns
+    -------
+    tuple of Tensor
+        (W,) of shape (..., d, d), or (K, Q), each of shape (..., d, m).
+
+    Raises
+    ------
+    ValueError
+        If ``init`` has the wrong shape, or is a zero pair (K0, Q0) or "zeros" for (K, Q).
 
     Examples
     --------
@@ -119,9 +157,30 @@ def _refuse_zero_pair(K: torch.Tensor, Q: torch.Tensor) -> None:
 
 def initial_vector(value: ArrayLike, name: str, batch: tuple[int, ...], d: int,
                    device: torch.device | str | None) -> torch.Tensor:
-    """An initial vector (d,) shared by all problems, or one per problem (..., d), returned as (..., d) (detached,
-    a copy). ``name``: the argument's name in errors; ``batch``: the problems' batch shape; ``device``: None or
-    "cpu".
+    """An initial vector (d,) shared by all problems, or one per problem (..., d).
+
+    Parameters
+    ----------
+    value : ArrayLike
+        The vector, (d,) or (..., d).
+    name : str
+        The argument's name in errors.
+    batch : tuple of int
+        The problems' batch shape.
+    d : int
+        The dimension.
+    device : str or None
+        None or "cpu".
+
+    Returns
+    -------
+    Tensor
+        The vector, shape (..., d) (detached, a copy).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` does not have shape (d,) or (..., d), or is not finite.
 
     Examples
     --------

@@ -58,8 +58,29 @@ def _exponent(p) -> float:
 
 
 def dual_norm(G: ArrayLike, q: float, dims: tuple = (-2, -1)) -> torch.Tensor:
-    """The entrywise q-norm of ``G`` over ``dims`` (q >= 1 or ``math.inf``), computed after dividing by the
-    largest entry, so that neither tiny nor huge entries underflow or overflow in the powers |g|^q; keeps ``dims``.
+    r"""The entrywise q-norm of G over ``dims``.
+
+    It is computed after dividing by the largest entry, so that neither tiny nor huge entries underflow or
+    overflow in the powers :math:`|g|^q`.
+
+    Parameters
+    ----------
+    G : ArrayLike
+        The array.
+    q : float
+        :math:`q \ge 1`, or ``math.inf``.
+    dims : tuple of int
+        The dimensions to reduce, by default (-2, -1).
+
+    Returns
+    -------
+    Tensor
+        The norms, with ``dims`` kept (size 1).
+
+    Raises
+    ------
+    ValueError
+        If q < 1 or G is not finite.
 
     Examples
     --------
@@ -399,21 +420,58 @@ def mirror_descent(problem: Problem, *, p: float, steps: int, lr: float, param: 
                    init: str | np.ndarray | torch.Tensor | tuple | None = None, m: int | None = None, seed: int = 0,
                    record_every: int = 1, loss: str = "logistic", rule: str | None = None,
                    eps: float | ArrayLike | None = None, engine: str = "auto") -> Trajectory:
-    """Normalized mirror descent with the potential ||.||_p^p (entrywise, p > 1) on W (param="W") or on each of
-    K and Q (param="KQ", W = K Q^T), for every problem in the batch: the dual variable sign(w)|w|^(p-1) moves by
-    -lr G / ||G||_q (q = p / (p - 1)), with the gradient's direction exact under saturation (see the module).
-    p = 2 is normalized gradient descent (``gd``'s steps).
+    r"""Normalized mirror descent with the potential :math:`\|\cdot\|_p^p` (entrywise, p > 1) on W, or on each of K and
+    Q with :math:`W = KQ^\top`, for every problem in the batch.
 
-    ``eps``: None (the exact step) or the ridge of the authors' normalization G / (||G||_q + eps), a number >= 0
-    or one per problem (batch shape; 0 gives the exact step): with the exact gradient, it isolates that
-    normalization's freeze. ``rule``: None (exact) or "official" (the authors' update: autograd's gradient
-    divided by ||G||_q + 2.2e-16, and the ridge 2.2e-16 (||K||^2 + ||Q||^2) for (K, Q); it freezes once the
-    gradient underflows; do not pass ``eps`` with it).
-    ``init``: as in ``gd`` (None: zeros for W, "uniform" for (K, Q); an initial W or a pair (K0, Q0), refused
-    where K0 = Q0 = 0, a saddle point, as init="zeros" is for (K, Q)); ``m``: the width of K and Q; ``seed``:
-    the seed of "uniform". ``engine``: "compiled" (the compiled CPU loop, see the module), "torch" (the batched
-    torch loop, for every option) or "auto" (compiled wherever it applies: on the CPU, without rule="official").
-    Records W, the softmax probabilities and the loss at steps 0, record_every, ..., ``steps``.
+    The dual variable :math:`\mathrm{sign}(w)|w|^{p-1}` moves by :math:`-\eta\, G/\|G\|_q`
+    (:math:`q = p/(p-1)`), with the gradient's direction exact under saturation (see the module). p = 2 is
+    normalized gradient descent (``gd``'s steps). Records W, the softmax probabilities and the loss at steps 0,
+    ``record_every``, ..., ``steps``.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    p : float
+        The exponent of the potential, p > 1.
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    param : {'W', 'KQ'}, default='W'
+        Train W, or the factors (K, Q).
+    init : str, ArrayLike, tuple or None, default=None
+        As in ``gd`` (None: zeros for W, "uniform" for (K, Q); an initial W or a pair (K0, Q0), refused where
+        K0 = Q0 = 0, a saddle point, as init="zeros" is for (K, Q)).
+    m : int or None, default=None
+        The width of K and Q (None: d).
+    seed : int, default=0
+        The seed of "uniform".
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    rule : {'official'} or None, default=None
+        None (exact) or "official" (the authors' update: autograd's gradient divided by
+        :math:`\|G\|_q + 2.2\times 10^{-16}`, and the ridge :math:`2.2\times 10^{-16}(\|K\|^2 + \|Q\|^2)` for
+        (K, Q); it freezes once the gradient underflows; do not pass ``eps`` with it).
+    eps : float, ArrayLike or None, default=None
+        None (the exact step) or the ridge of the authors' normalization :math:`G/(\|G\|_q + \varepsilon)`, a
+        number :math:`\ge 0` or one per problem (batch shape; 0 gives the exact step): with the exact gradient, it
+        isolates that normalization's freeze.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (the compiled CPU loop, see the module), "torch" (the batched torch loop, for every option) or
+        "auto" (compiled wherever it applies: on the CPU, without rule="official").
+
+    Returns
+    -------
+    Trajectory
+        W (or K, Q), the probabilities and the loss at the recorded steps.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it), e.g. :math:`p \le 1`, or ``eps`` with rule="official".
 
     Examples
     --------
@@ -448,9 +506,44 @@ def mirror_descent(problem: Problem, *, p: float, steps: int, lr: float, param: 
 def sign_descent(problem: Problem, *, steps: int, lr: float, param: str = "W",
                  init: str | np.ndarray | torch.Tensor | tuple | None = None, m: int | None = None, seed: int = 0,
                  record_every: int = 1, loss: str = "logistic", engine: str = "auto") -> Trajectory:
-    """Sign descent, w <- w - lr sign(G), on W or on each of K and Q (the steepest descent for the entrywise
-    l-infinity norm, the limit p -> infinity of normalized steepest descent in the lp norm); sign(G) is taken from the
-    exact direction of the gradient, so it never vanishes by underflow. Arguments as in ``mirror_descent``.
+    r"""Sign descent, :math:`w \leftarrow w - \eta\,\mathrm{sign}(G)`, on W or on each of K and Q.
+
+    It is the steepest descent for the entrywise :math:`\ell_\infty` norm, the limit :math:`p \to \infty` of
+    normalized steepest descent in the :math:`\ell_p` norm; sign(G) is taken from the exact direction of the
+    gradient, so it never vanishes by underflow.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    param : {'W', 'KQ'}, default='W'
+        Train W, or the factors (K, Q).
+    init : str, ArrayLike, tuple or None, default=None
+        As in ``mirror_descent``.
+    m : int or None, default=None
+        The width of K and Q (None: d).
+    seed : int, default=0
+        The seed of "uniform".
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        As in ``mirror_descent``.
+
+    Returns
+    -------
+    Trajectory
+        W (or K, Q), the probabilities and the loss at the recorded steps.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------

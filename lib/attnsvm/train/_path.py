@@ -21,9 +21,27 @@ MAX_RADIUS = float(np.sqrt(np.finfo(np.float64).max))  # 1.3e154: the steps divi
 
 @dataclass(frozen=True)
 class Path:
-    """What ``regularization_path`` returns: the points its local method finds at increasing radii (a branch of
-    constrained stationary points, or the best of several starts; not certified minimizers); arrays have shape
-    (len(radii), *batch, ...).
+    """What ``regularization_path`` returns: the points its local method finds at increasing radii.
+
+    They form a branch of constrained stationary points, or the best of several starts; they are not certified
+    minimizers. Tensors have shape (len(radii), *batch, ...).
+
+    Parameters
+    ----------
+    radii : ndarray
+        The radii R, increasing.
+    W : Tensor
+        The point at each radius, shape (len(radii), ..., d, d).
+    loss : Tensor
+        Its empirical risk, shape (len(radii), ...).
+    K : Tensor or None, default=None
+        The balanced key factor (param="KQ"), shape (len(radii), ..., d, m).
+    Q : Tensor or None, default=None
+        The balanced query factor (param="KQ"), shape (len(radii), ..., d, m).
+    start : Tensor or None, default=None
+        With ``starts``: the start that won at each radius (0 the continuation, k ``starts[k - 1]``).
+    excess : Tensor or None, default=None
+        With ``starts``: :math:`L - L_{opt}` reached from each start, shape (len(radii), 1 + S, ...).
 
     Examples
     --------
@@ -77,16 +95,16 @@ def _nuclear_ball(W: torch.Tensor, R: float, m: int) -> tuple[torch.Tensor, torc
 def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: str = "W", steps: int = 200,
                         loss: str = "logistic", m: int | None = None, seed: int = 0, candidates: int = 12,
                         starts: ArrayLike | None = None) -> Path:
-    """W_R = argmin_{||W||_F <= R} L(W) (param="W"), or (K_R, Q_R) = argmin_{||K||^2 + ||Q||^2 <= 2R} L(K Q^T)
-    (param="KQ", so that ||K_R Q_R^T||_* <= R), for each radius R of ``radii`` (increasing).
+    r"""The regularization path: :math:`W_R = \arg\min_{\|W\|_F \le R} L(W)` (param="W"), or :math:`(K_R, Q_R) =
+    \arg\min_{\|K\|^2 + \|Q\|^2 \le 2R} L(KQ^\top)` (param="KQ", so that :math:`\|K_R Q_R^\top\|_* \le R`), for
+    each radius R.
 
     param="W": Riemannian gradient descent on the sphere of each radius (the minimizer lies on it once R is
-    large). param="KQ": projected gradient descent on W = K Q^T over {rank <= m, ||W||_* <= R}, the set of
-    products the (K, Q) budget allows (the factorization lemma); the factors returned are the balanced ones.
-    Both warm start from the previous radius and take the exact gradient and a line search over ``candidates``
-    halving step sizes. Local methods on a non-convex problem: each follows one branch of constrained stationary
-    points, which need not be the global minimizers. Initialization as ``gd``'s "uniform". ``loss``: a name of
-    ``model.LOSSES``.
+    large). param="KQ": projected gradient descent on :math:`W = KQ^\top` over :math:`\{\mathrm{rank} \le m,
+    \|W\|_* \le R\}`, the set of products the (K, Q) budget allows (the factorization lemma); the factors returned
+    are the balanced ones. Both warm start from the previous radius and take the exact gradient and a line search
+    over ``candidates`` halving step sizes. Local methods on a non-convex problem: each follows one branch of
+    constrained stationary points, which need not be the global minimizers. Initialization as ``gd``'s "uniform".
 
     A batch is not bit for bit a loop over its problems. Steps, step sizes and the stopping rule (``steps`` steps
     per radius) are per problem, but (1) "uniform" draws one tensor for the whole batch, so problem i starts from
@@ -96,13 +114,42 @@ def regularization_path(problem: Problem, radii: float | ArrayLike, *, param: st
     20 problems (its radii and steps) the batched and single-problem W differ by up to 2e-3 R in Frobenius norm
     and 2e-6 in 1 - correlation, with the same tokens selected at the last radius.
 
-    ``starts`` (S, *batch, d, d), optional: S directions (e.g. Att-SVM solutions). At every radius the method then
-    also restarts from R times each direction (normalized in the budget's norm; for "KQ" projected on rank <= m),
-    runs ``steps`` steps from each of these 1 + S points at once and keeps, per problem, the end with the lowest
-    loss (the continuation wins ties). ``Path.start`` says which start won (0: the continuation, k: starts[k-1])
-    and ``Path.excess`` holds L - L_opt reached from each start, where L_opt is the loss of full attention on the
-    optimal tokens. The result is the best of the starts tried, not a certified global minimizer; it costs 1 + S
-    times as much.
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    radii : float or ArrayLike
+        The radii R, increasing.
+    param : {'W', 'KQ'}, default='W'
+        The path of W, or of the factors (K, Q).
+    steps : int, default=200
+        Steps per radius.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    m : int or None, default=None
+        The width of K and Q (None: d).
+    seed : int, default=0
+        The seed of the "uniform" initialization.
+    candidates : int, default=12
+        The number of halving step sizes the line search tries.
+    starts : ArrayLike or None, default=None
+        S directions (e.g. Att-SVM solutions), shape (S, ..., d, d). At every radius the method then also
+        restarts from R times each direction (normalized in the budget's norm; for "KQ" projected on rank
+        :math:`\le m`), runs ``steps`` steps from each of these 1 + S points at once and keeps, per problem, the
+        end with the lowest loss (the continuation wins ties). The result is the best of the starts tried, not a
+        certified global minimizer; it costs 1 + S times as much.
+
+    Returns
+    -------
+    Path
+        The points at each radius; with ``starts``, ``Path.start`` says which start won (0: the continuation,
+        k: ``starts[k - 1]``) and ``Path.excess`` holds :math:`L - L_{opt}` reached from each start, where
+        :math:`L_{opt}` is the loss of full attention on the optimal tokens.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, e.g. radii not increasing or beyond ``MAX_RADIUS`` (the message names it).
 
     Examples
     --------

@@ -21,7 +21,17 @@ SCALES = ("linear", "log")
 
 
 class Fit(NamedTuple):
-    """A least-squares line Y = slope X + intercept on the transformed axes, and its R^2 (1 = exact line).
+    r"""A least-squares line :math:`Y = \mathrm{slope}\, X + \mathrm{intercept}` on the transformed axes, and its
+    :math:`R^2`.
+
+    Parameters
+    ----------
+    slope : float
+        The slope.
+    intercept : float
+        The intercept.
+    r2 : float
+        :math:`R^2` (1: an exact line).
 
     Examples
     --------
@@ -56,11 +66,35 @@ def _axis(values: ArrayLike, name: str, scale: str) -> np.ndarray:
 
 
 def fit_line(x: ArrayLike, y: ArrayLike, *, x_scale: str = "linear", y_scale: str = "log") -> Fit:
-    """Fit Y = slope X + intercept by least squares, X = x or log x (``x_scale`` "linear" or "log"), and
-    Y = y or log y (``y_scale``); natural logs. ``x`` and ``y``: 1-d arrays of the same length, at least three
-    points, x not all equal. Each axis is centred and divided by a power of two near its largest magnitude
-    before the sums, so the fit holds at any float64 scale (x ~ 1e-200 or 1e200); a slope or intercept beyond
-    float64's range raises FloatingPointError.
+    r"""Fit :math:`Y = \mathrm{slope}\, X + \mathrm{intercept}` by least squares, with X = x or log x and Y = y or log y
+    (natural logs).
+
+    Each axis is centred and divided by a power of two near its largest magnitude before the sums, so the fit
+    holds at any float64 scale (:math:`x \sim 10^{-200}` or :math:`10^{200}`).
+
+    Parameters
+    ----------
+    x : ArrayLike
+        1-d, at least three points, not all equal.
+    y : ArrayLike
+        1-d, of the same length.
+    x_scale : {'linear', 'log'}, default='linear'
+        X = x or log x.
+    y_scale : {'linear', 'log'}, default='log'
+        Y = y or log y.
+
+    Returns
+    -------
+    Fit
+        The slope, the intercept and :math:`R^2`.
+
+    Raises
+    ------
+    ValueError
+        If x and y are not finite, 1-d and of the same length with at least three points, x is constant, or a
+        log scale meets a value :math:`\le 0`.
+    FloatingPointError
+        If the slope or the intercept is beyond float64's range.
 
     Examples
     --------

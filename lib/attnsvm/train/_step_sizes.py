@@ -42,9 +42,27 @@ def _scores(problem: Problem) -> torch.Tensor:
 
 
 def optimal_loss(problem: Problem, loss: str = "logistic") -> torch.Tensor:
-    """L* = (1/n) sum_i l(max_t gamma_it), shape: the problem's batch shape. It is the infimum of the empirical
-    risk when the Att-SVM of the optimal tokens is feasible (chapter 1), and a lower bound in any case.
-    ``loss``: a name of ``model.LOSSES``.
+    r""":math:`L^* = \frac{1}{n}\sum_i \ell(\max_t \gamma_{it})`.
+
+    It is the infimum of the empirical risk when the Att-SVM of the optimal tokens is feasible (chapter 1), and a
+    lower bound in any case.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Tensor
+        :math:`L^*`, shape: the problem's batch shape.
+
+    Raises
+    ------
+    ValueError
+        If ``loss`` is not a name of ``model.LOSSES``.
 
     Examples
     --------
@@ -77,9 +95,30 @@ def _log_loss_gap(problem: Problem, W: torch.Tensor, loss: str) -> torch.Tensor:
 
 
 def log_loss_gap(problem: Problem, W: ArrayLike, loss: str = "logistic") -> torch.Tensor:
-    """log(L(W) - L*), exact however far softmax saturates (``optimal_loss`` gives L*), shape: the broadcast of
-    W's leading dimensions with the problem's batch shape. It is -inf only where every sequence has all its
-    scores equal (then L = L* for every W). ``W``: (d, d) or (..., d, d); ``loss``: a name of ``model.LOSSES``.
+    r""":math:`\log(L(W) - L^*)`, exact however far softmax saturates (``optimal_loss`` gives :math:`L^*`).
+
+    It is :math:`-\infty` only where every sequence has all its scores equal (then :math:`L = L^*` for every W).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The attention weights, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Tensor
+        The log gap, shape: the broadcast of W's leading dimensions with the problem's batch shape.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
+    FloatingPointError
+        If the gap overflows float64.
 
     Examples
     --------
@@ -106,9 +145,29 @@ def log_loss_gap(problem: Problem, W: ArrayLike, loss: str = "logistic") -> torc
 
 
 def log_attention_gap(problem: Problem, W: ArrayLike, alpha: ArrayLike | None = None) -> torch.Tensor:
-    """log(1 - s_{i,alpha_i}(W)), the log of the attention left off the selected token of each sequence, shape
-    (..., n); exact however far softmax saturates (1 - s rounds to 0 in float64 once it falls below 1e-16, its
-    log does not). ``alpha``: the selected tokens (..., n), by default the optimal tokens.
+    r""":math:`\log(1 - s_{i\alpha_i}(W))`, the log of the attention left off the selected token of each sequence.
+
+    Exact however far softmax saturates: :math:`1 - s` rounds to 0 in float64 once it falls below
+    :math:`10^{-16}`, its log does not.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The attention weights, (d, d) or (..., d, d).
+    alpha : ArrayLike or None, default=None
+        The selected tokens (..., n) (None: the optimal tokens).
+
+    Returns
+    -------
+    Tensor
+        The log gaps, shape (..., n).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, e.g. a token index out of range.
 
     Examples
     --------
@@ -162,18 +221,45 @@ def _require_infimum(problem: Problem) -> None:
 @torch.no_grad()  # a run records data, not a graph
 def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None, record_every: int = 1,
            loss: str = "logistic", gradient: str = "exact", seed: int = 0) -> Trajectory:
-    """Gradient descent on W with the Polyak step size, W <- W - (L(W) - L*) / ||grad L(W)||_F^2 grad L(W), for
-    every problem in the batch (L* from ``optimal_loss``). L* must be the infimum of the loss: a problem whose
-    optimal tokens are not separable (their Att-SVM, ``svm.att_svm``, is infeasible; ``svm.feasible`` tells) is
-    refused with ``svm.InfeasibleSVM`` (a ValueError), since there the loss stays above L* and the steps overshoot.
+    r"""Gradient descent on W with the Polyak step size, :math:`W \leftarrow W - \frac{L(W) - L^*}{\|\nabla
+    L(W)\|_F^2} \nabla L(W)`, for every problem in the batch.
 
-    ``gradient``: "exact" (the default) computes the step's length (L - L*) / ||grad L|| from ``log_loss_gap``
-    and the log-scaled exact gradient, so it stays exact after L - L* and the gradient have underflowed;
-    "autograd" is the plain float64 rule: L and L* as numbers and the gradient by autograd through softmax
-    (a step is skipped where L - L* <= 0 or the gradient is 0 in float64, so such a run stalls once round-off
-    has eaten the gap). ``init``: None or "zeros", "uniform" (seeded by ``seed``) or an initial W (..., d, d).
-    ``loss``: a name of ``model.LOSSES``. Records W, the softmax probabilities and the loss at steps 0,
-    record_every, ..., ``steps`` (a ``Trajectory``).
+    :math:`L^*` (from ``optimal_loss``) must be the infimum of the loss, so a problem whose optimal tokens are not
+    separable (their Att-SVM, ``svm.att_svm``, is infeasible; ``svm.feasible`` tells) is refused: there the loss
+    stays above :math:`L^*` and the steps overshoot.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    steps : int
+        The number of steps.
+    init : str, ArrayLike or None, default=None
+        None or "zeros", "uniform" (seeded by ``seed``) or an initial W (..., d, d).
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    gradient : {'exact', 'autograd'}, default='exact'
+        "exact" computes the step's length :math:`(L - L^*)/\|\nabla L\|` from ``log_loss_gap`` and the
+        log-scaled exact gradient, so it stays exact after :math:`L - L^*` and the gradient have underflowed;
+        "autograd" is the plain float64 rule: L and :math:`L^*` as numbers and the gradient by autograd through
+        softmax (a step is skipped where :math:`L - L^* \le 0` or the gradient is 0 in float64, so such a run
+        stalls once round-off has eaten the gap).
+    seed : int, default=0
+        The seed of "uniform".
+
+    Returns
+    -------
+    Trajectory
+        W, the softmax probabilities and the loss at steps 0, ``record_every``, ..., ``steps``.
+
+    Raises
+    ------
+    ~attnsvm.svm.InfeasibleSVM
+        (a ValueError) If the optimal tokens of a problem are not separable.
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------
