@@ -1106,6 +1106,8 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     out = np.empty(batch + (d,))
     for b in np.ndindex(batch):
         e, where = _exponent(_norm(Z[b]).max()), f" (problem {b})" if b else ""
+        if not np.array_equal(np.ldexp(np.ldexp(Z[b], -e), e), Z[b]):
+            e = 0  # scaling would round subnormal entries: decide on the data as they are
         decided = _decided_support(np.ldexp(Z[b], -e), solution.support[b], np.ldexp(solution.alpha[b], 2 * e),
                                    np.ldexp(solution.w[b], e))
         if decided is None:

@@ -115,9 +115,10 @@ def phone_figure_problems(images: list[dict], page_url: str, root: Path) -> list
     below MIN_TEXT_PX, or without a recorded text size."""
     problems = []
     for image in images:
-        if image["natural"] == 0:
-            continue  # test_pages checks that every image loads
         label = image["src"][:60]
+        if image["natural"] == 0:  # e.g. a phone layout's file missing (test_pages loads only the wide images)
+            problems.append(f"{label} (does not load)")
+            continue
         px = smallest_text_px(image_bytes(image["src"], page_url, root), image["shown"])
         if image["outside"] > 1 or image["scrolls"]:
             problems.append(f"{label} ({image['shown']:.0f} px wide, {image['outside']:.0f} px past the column"
@@ -139,7 +140,8 @@ def test_every_figure_and_explorer_fits_a_phone(name, visit_phone, site):
 
 def test_phone_figure_check_catches_a_cropped_or_shrunk_figure(browser, tmp_path):
     """A figure too wide for the column that scrolls (the defect of the book before its phone layouts), the same
-    figure shrunk to the column (text below 9 px), and its phone layout in a <picture>, which passes."""
+    figure shrunk to the column (text below 9 px), its phone layout in a <picture>, which passes, and a phone
+    layout whose file is missing."""
     import matplotlib.pyplot as plt
     plots.use_style()
     figure, axes = plt.subplots(1, 2, figsize=(plots.WIDTH, 3))
@@ -153,15 +155,18 @@ def test_phone_figure_check_catches_a_cropped_or_shrunk_figure(browser, tmp_path
         f'<figure style="overflow-x:auto;margin:0"><img src="wide.png" style="width:{width}px"></figure>'
         f'<figure style="margin:0"><img src="wide.png" style="width:{width}px;max-width:100%"></figure>'
         f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="phone.png 2x">'
+        f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure>'
+        f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="missing.png 2x">'
         f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure></div>')
     page = browser.new_page(viewport={"width": 400, "height": 900})
     page.goto((tmp_path / "page.html").as_uri())
     images = page.evaluate(PHONE_FIGURES)
     url = page.url
     page.close()
-    assert [Path(image["src"]).name for image in images] == ["wide.png", "wide.png", "phone.png"]
+    assert [Path(image["src"]).name for image in images] == ["wide.png", "wide.png", "phone.png", "missing.png"]
     problems = phone_figure_problems(images, url, Path("/"))  # file URLs: paths from the root
-    assert len(problems) == 2  # the phone layout passes
+    assert len(problems) == 3  # the phone layout passes
+    assert problems[2].endswith("(does not load)")  # the missing phone layout
     assert problems[0].endswith(f"({width} px wide, {width - 350} px past the column, scrolls sideways)")  # cropped
     assert problems[1].endswith(f"(smallest text {9 * 100 / 72 * 350 / width:.1f} px)")  # shrunk
 

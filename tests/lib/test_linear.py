@@ -423,9 +423,10 @@ def test_svm_decides_a_zero_multiplier_support_vector_with_either_solver():
         np.testing.assert_allclose(linear.offset(X2, y2, solution=sol), without, rtol=1e-9)
 
 
+@pytest.mark.parametrize("solver", ["nnls", "clarabel"])
 @pytest.mark.parametrize("ulps, expected", [(0, np.log(3)), (1, np.log(2)), (2, np.log(2)), (8, np.log(2)),
                                             (-1, 0.0), (-8, 0.0)])
-def test_offset_decides_a_point_within_rounding_of_the_margin_exactly(ulps, expected):
+def test_offset_decides_a_point_within_rounding_of_the_margin_exactly(ulps, expected, solver):
     """x = (1, 0.5), (1, -0.5), (x_1, 0) with x_1 ``ulps`` floats away from 1: exactly on the margin the three
     points share (H) (log 3); one float outside, the third is no support vector (log 2); one float inside, it alone
     is (w_tilde ~ 0). float64 cannot tell these margins from 1, so offset decides them in exact arithmetic."""
@@ -434,7 +435,8 @@ def test_offset_decides_a_point_within_rounding_of_the_margin_exactly(ulps, expe
         x_1 = np.nextafter(x_1, np.sign(ulps) * np.inf)
     X, y = np.array([[1.0, 0.5], [1.0, -0.5], [x_1, 0.0]]), np.ones(3)
     assert linear.svm(X, y).support.all()  # the support rule marks all three: rounding cannot tell
-    np.testing.assert_allclose(linear.offset(X, y), [expected, 0.0], rtol=0, atol=1e-12)
+    solution = linear.svm(X, y, solver=solver)
+    np.testing.assert_allclose(linear.offset(X, y, solution=solution), [expected, 0.0], rtol=0, atol=1e-12)
 
 
 U = 2.0**-52
@@ -446,10 +448,12 @@ U = 2.0**-52
     ([[1, .5], [1, -.5], [1 + 8 * U, 0], [1 + 3 * U, -.25]], [np.log(2), 0]),
     ([[1, .5], [1, -.5], [1 - 64 * U, 0]], [0, 0]),  # 64 floats inside: the third point alone is the support
     ([[1, .5], [1, -.5], [1 + 73 * U, -2]], [np.log(2), 0]),  # outside the support's cone
+    ([[2, 0], [0, 1], [2, 2.0**-1074]], [np.log(2), 0]),  # a subnormal entry: its margin is 1 + 2^-1074, not 1
 ])
 def test_offset_decides_several_points_near_the_margin_exactly(X, expected):
-    """Points a few floats from the margin, found by a reviewer where a point-by-point decision answered wrongly:
-    a face near the support that certifies the SVM in exact arithmetic decides them."""
+    """Points a few floats from the margin, found by reviewers where a point-by-point decision, or one on data
+    scaled into subnormals, answered wrongly: a face near the support that certifies the SVM in exact arithmetic
+    decides them."""
     np.testing.assert_allclose(linear.offset(np.array(X, float), np.ones(len(X))), expected, rtol=0, atol=1e-12)
 
 

@@ -353,6 +353,30 @@ def test_explorer_frames_have_phone_layouts_alike_where_the_figure_needs_them(ag
             f'<img src="data:image/png;base64,{images[0]}"') in html
 
 
+def test_aligned_phone_layouts_leave_room_for_the_labels_of_every_frame(agg):
+    """Each panel at one place in every frame, and no frame's text cut off at the figure's edge (with the first
+    frame's places, the wider tick labels and the label of the last frame would be)."""
+    frames = []
+    for scale in (1.0, 1e5, 1e9):
+        figure, axes = agg.subplots(1, 2, figsize=(plots.WIDTH * 2, 3))
+        axes[0].plot([0, 1], [0, scale], label=f"scale {scale:g}")
+        axes[1].plot([0, scale], [0, 1])
+        axes[0].set_ylabel("a long label" if scale > 1e8 else "")
+        axes[0].legend()
+        frames.append(figure)
+    phones = plots.aligned_phone_layouts(frames)
+    places = {tuple(np.round(ax.get_position().bounds, 12)) for phone in phones for ax in phone.axes}
+    assert len(places) == 2
+    for phone in phones:
+        renderer = phone.canvas.get_renderer()
+        for ax in phone.axes:  # what is drawn of each panel: ticks, tick labels, axis labels, legend
+            box = ax.get_tightbbox(renderer)
+            assert -0.5 <= box.x0 and box.x1 <= phone.bbox.x1 + 0.5 and -0.5 <= box.y0, box
+            assert box.y1 <= phone.bbox.y1 + 0.5, box
+    with pytest.raises(ValueError, match="same size and axes"):
+        plots.aligned_phone_layouts([agg.subplots(1, 2)[0], agg.subplots(1, 3)[0]])
+
+
 def test_phone_layout_gives_a_legend_wider_than_its_axes_fewer_columns_at_the_same_place(agg):
     figure, ax = agg.subplots(figsize=(plots.WIDTH, 3.6))
     for k in range(3):

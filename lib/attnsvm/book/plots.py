@@ -36,7 +36,8 @@ from matplotlib.ticker import FixedLocator
 from matplotlib.transforms import IdentityTransform
 from numpy.typing import ArrayLike
 
-__all__ = ["band", "displayed_text_px", "fits_phone", "line", "output", "path", "phone_layout", "phone_png", "png",
+__all__ = ["aligned_phone_layouts", "band", "displayed_text_px", "fits_phone", "line", "output", "path", "phone_layout",
+           "phone_png", "png",
            "ray", "smallest_text", "svm_picture", "table", "use_style", "PALETTE", "CYCLE", "WIDTH", "COLUMN_PX",
            "CSS_PX_PER_INCH", "MIN_TEXT_PX", "DPI", "TEXT_KEY", "DPI_KEY", "PHONE_WIDTH", "PHONE_COLUMN_PX",
            "PHONE_MEDIA", "PHONE_KEY"]
@@ -294,21 +295,19 @@ def fits_phone(data: bytes, dpi: int = DPI) -> bool:
     return displayed_text_px(points, _png_width(data), dpi, PHONE_COLUMN_PX) >= MIN_TEXT_PX
 
 
-def phone_layout(fig: Figure, like: Figure | None = None, *, in_place: bool = False) -> Figure:
+def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
     """A copy of a figure laid out for a phone: ``PHONE_WIDTH`` wide, its panels stacked in one column in reading
     order.
 
     The panels (the axes of its grids, a twin with its axes) are each as tall as their row was; tick labels and
     axis labels that a shared axis had left to a neighbour are shown on every panel; figure legends go under the
     panels and axes legends take as many columns as fit their axes; of x ticks fixed by hand, as many labels as
-    fit. The layout is the constrained layout, or, to save its cost, the size and the axes' places of ``like``.
+    fit. The layout is the constrained layout.
 
     Parameters
     ----------
     fig : Figure
         The figure.
-    like : Figure or None, default=None
-        A phone layout drawn before of a figure with the same axes (an explorer's frames).
     in_place : bool, default=False
         Lay out ``fig`` itself and return it (for a figure that is not shown again); otherwise ``fig`` is not
         changed.
@@ -322,8 +321,7 @@ def phone_layout(fig: Figure, like: Figure | None = None, *, in_place: bool = Fa
     ------
     ValueError
         For a figure it cannot lay out: axes placed by hand (``fig.add_axes``) or texts placed on the figure
-        (``fig.text``), which the new layout would misplace; a figure that cannot be copied; or ``like`` with
-        other axes.
+        (``fig.text``), which the new layout would misplace; or a figure that cannot be copied.
 
     Examples
     --------
@@ -366,22 +364,64 @@ def phone_layout(fig: Figure, like: Figure | None = None, *, in_place: bool = Fa
             panel[ax] = k
     for ax in (axes[0] for axes in order):
         _show_shared_labels(ax, panel)
-    if like is None:
-        phone.set_size_inches(PHONE_WIDTH, sum(heights))
-        phone.set_layout_engine("constrained")
-        _legends_below(phone)
-        _legends_within_their_axes(phone)
-        _thin_fixed_tick_labels(phone)
-        return phone
-    if len(like.axes) != len(phone.axes):
-        raise ValueError(f"like has {len(like.axes)} axes, this figure {len(phone.axes)}: pass the phone layout of a "
-                         "figure with the same axes, or like=None")
-    phone.set_size_inches(like.get_size_inches())
-    phone.set_layout_engine("none")
-    for ax, place in zip(phone.axes, like.axes):
-        ax.set_position(place.get_position())
-    _legends_below(phone, resize=False)
+    phone.set_size_inches(PHONE_WIDTH, sum(heights))
+    phone.set_layout_engine("constrained")
+    _legends_below(phone)
+    _legends_within_their_axes(phone)
+    _thin_fixed_tick_labels(phone)
     return phone
+
+
+def aligned_phone_layouts(figures: Sequence[Figure]) -> list[Figure]:
+    """The phone layouts (``phone_layout``, in place) of figures with the same axes, e.g. an explorer's frames, with
+    each panel at one place in all of them, so that a frame does not jump: each figure's constrained layout leaves
+    room for its own labels, and every panel takes the box inside all of its boxes, with room for all of them.
+
+    Parameters
+    ----------
+    figures : Sequence of Figure
+        Figures of one size with the same axes (they are changed).
+
+    Returns
+    -------
+    list of Figure
+        The laid-out figures.
+
+    Raises
+    ------
+    ValueError
+        If the figures differ in size or number of axes, or for a figure ``phone_layout`` refuses.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from attnsvm.book import plots
+    >>> frames = [plt.subplots(1, 2, figsize=(plots.WIDTH, 3))[0] for _ in range(2)]
+    >>> frames[1].axes[1].plot([0, 1], [0, 1e5])  # wider tick labels in one frame  # doctest: +ELLIPSIS
+    [...]
+    >>> one, two = plots.aligned_phone_layouts(frames)
+    >>> [ax.get_position().bounds for ax in one.axes] == [ax.get_position().bounds for ax in two.axes]
+    True
+    >>> for frame in frames: plt.close(frame)
+    """
+    figures = list(figures)
+    shapes = {(len(figure.axes), tuple(figure.get_size_inches())) for figure in figures}
+    if len(shapes) > 1:
+        raise ValueError(f"figures must have the same size and axes (found {sorted(shapes)}): draw every frame "
+                         "with one figsize and the same panels")
+    phones = [phone_layout(figure, in_place=True) for figure in figures]
+    boxes = []
+    for phone in phones:
+        phone.draw_without_rendering()  # runs the constrained layout
+        boxes.append([ax.get_position().extents for ax in phone.axes])
+    extents = np.asarray(boxes)  # (figures, axes, [x0, y0, x1, y1])
+    inner = np.concatenate([extents[..., :2].max(0), extents[..., 2:].min(0)], axis=-1)
+    for phone in phones:
+        phone.set_layout_engine("none")
+        for ax, (x0, y0, x1, y1) in zip(phone.axes, inner):
+            ax.set_position([x0, y0, x1 - x0, y1 - y0])
+    return phones
 
 
 def _reading_order(spec, fig: Figure) -> tuple[float, float]:

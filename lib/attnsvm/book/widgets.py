@@ -137,10 +137,8 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
                                  f"{_label(grid[position])} (at {others}): drop one of those values")
     phones = None
     if not all(plots.fits_phone(data, FRAME_DPI) for data in images):  # then every frame has a phone layout,
-        first = plots.phone_layout(figures[0], in_place=True)  # the others with its axes' places, so that they do
-        phones = [plots.png(plots.phone_layout(figure, like=first, in_place=True) if k else first, dpi=FRAME_DPI,
-                            column_px=plots.PHONE_COLUMN_PX, tight=False)[0]  # not jump; uncropped: alike
-                  for k, figure in enumerate(figures)]
+        phones = [plots.png(phone, dpi=FRAME_DPI, column_px=plots.PHONE_COLUMN_PX, tight=False)[0]  # its panels at
+                  for phone in plots.aligned_phone_layouts(figures)]  # one place in all (uncropped: alike)
     return _base64(images), grids, None if phones is None else _base64(phones)
 
 
