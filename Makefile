@@ -59,9 +59,15 @@ notebooks: sync
 	cd book && printf '%s\n' $(filter-out status.ipynb,$(notdir $(NOTEBOOKS))) | xargs -P $(JOBS) -n 1 $(EXECUTE)
 	cd book && $(EXECUTE) status.ipynb
 
+# The whole book's PDF, where XeLaTeX is installed, built before the HTML: the HTML build then copies it to
+# _build/html/book.pdf and every page's download menu offers it (assets/sphinx/book_pdf.py); without it, no link.
+PDF_IF_XELATEX := if command -v xelatex >/dev/null; then $(JB_BUILD) --builder pdflatex; \
+	else echo "xelatex not found: the HTML book will not offer the whole book's PDF"; fi
+
 # The HTML book, every chapter executed afresh first (a change in lib/ can never leave a stale chapter).
 book: setup
 	$(MAKE) notebooks JOBS=$(CORES)
+	$(PDF_IF_XELATEX)
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
 
@@ -71,8 +77,8 @@ test: setup
 	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
 	$(PYTEST) tests/test_student_edition.py
+	$(PDF_IF_XELATEX)
 	$(JB_BUILD)
-	if command -v xelatex >/dev/null; then $(JB_BUILD) --builder pdflatex; fi
 	$(PYTEST) --dist loadgroup tests/browser tests/test_pdf.py
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, every chapter executed afresh first.

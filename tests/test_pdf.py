@@ -1,5 +1,6 @@
 """The PDF of the book (`make pdf`; `make test` builds it from the stored outputs): it exists, every page of
-_toc.yml is a chapter of it, and XeLaTeX neither dropped a glyph nor left a reference undefined.
+_toc.yml is a chapter of it, XeLaTeX neither dropped a glyph nor left a reference undefined, and the HTML book
+offers this PDF (_build/html/book.pdf).
 
 Needs XeLaTeX (Debian: texlive-xetex texlive-latex-extra texlive-fonts-recommended latexmk fonts-freefont-otf);
 without it the test skips, except in CI (ATTNSVM_REQUIRE_LATEX, set by .ci/run), where it fails.
@@ -69,3 +70,9 @@ def test_no_glyph_is_missing_and_no_reference_is_undefined(log):
     missing = sorted(set(re.findall(r"Missing character: There is no (.+?) in font", log)))
     assert not missing, f"XeLaTeX dropped characters its fonts lack: {missing}"
     assert "There were undefined references" not in log, "the PDF has undefined references (see book.log)"
+
+
+def test_the_html_book_offers_this_pdf(log):
+    copy = ROOT / "_build" / "html" / "book.pdf"  # assets/sphinx/book_pdf.py, linked from every page's download menu
+    assert copy.is_file() and copy.read_bytes() == (LATEX / "book.pdf").read_bytes(), (
+        "_build/html/book.pdf is not this PDF: build the PDF before the HTML, as `make book` and `make test` do")
