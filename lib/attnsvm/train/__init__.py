@@ -1,6 +1,6 @@
 """Training: gradient descent on W, (K, Q) or paper B's prompt and head (``gd``, ``gd_prompt``, ``gd_joint``), the
 exact gradients (``loss_gradient``, ``weight_gradient``, ``logit_gradient``), initializations and the
-regularization path. ``gd`` on W runs a compiled loop on the CPU where it can (``why_not_compiled`` says where
+regularization path. ``gd`` on W or (K, Q) runs a compiled loop on the CPU where it can (``why_not_compiled`` says where
 not). The loss is named by the argument ``loss`` everywhere (a name of ``model.LOSSES``).
 
 Examples

@@ -11,7 +11,8 @@ a problem's run does not depend on the batch it is in. A step costs about as muc
 sixteen (the loops' overhead), then grows in proportion. It keeps the products W z_i, not W: the gradient
 sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for W
 itself), and W is formed only at the recorded steps. It covers the W parameterization with a
-linear or ReLU head and any loss of `model.LOSSES`; `train.gd` uses it on the CPU where it applies and the torch
+linear or ReLU head and any loss of `model.LOSSES` (`_kq_loop` runs (K, Q) on its gradient and step, `_mirror`
+mirror and sign descent on its gradient); `train.gd` uses it on the CPU where it applies and the torch
 loop everywhere else. The two agree to round-off step by step (tests/lib); over thousands of steps a run can
 amplify round-off, as it would a change of BLAS.
 """
@@ -50,30 +51,49 @@ HEADS = (type(None), heads.Linear, heads.ReLU)
 
 
 def why_not_compiled(param: str, head: heads.Head | None, gradient: str, device: torch.device | str) -> str | None:
-    """None if ``train.gd`` runs this training in its compiled CPU loop, else why it does not (a sentence).
-    ``param``: "W" or "KQ"; ``head``: None or a head of ``attnsvm.heads``; ``gradient``: "exact" or "autograd";
-    ``device``: where the problem is (a torch.device or its name).
+    """Why ``train.gd`` does not run a training in its compiled CPU loop, or None if it does.
+
+    Parameters
+    ----------
+    param : {'W', 'KQ'}
+        Which parameters.
+    head : Head or None
+        None or a head of ``attnsvm.heads``.
+    gradient : {'exact', 'autograd'}
+        The gradient.
+    device : str
+        Where the problem is (a torch.device or its name).
+
+    Returns
+    -------
+    str or None
+        None, or the reason (a sentence).
+
+    Raises
+    ------
+    ValueError
+        If param or gradient is not one of its options.
+    TypeError
+        If head is not None or a head of ``attnsvm.heads``.
 
     Examples
     --------
     >>> from attnsvm import train
     >>> train.why_not_compiled("W", None, "exact", "cpu") is None
     True
-    >>> train.why_not_compiled("KQ", None, "exact", "cpu")
-    'it trains W only (param="W")'
+    >>> train.why_not_compiled("KQ", None, "autograd", "cpu")
+    'it computes the exact gradient only (gradient="exact"; rule="official" defaults to autograd)'
     """
-    param, gradient = _option(param, "param", PARAMS), _option(gradient, "gradient", GRADIENTS)
-    head = _checked_head(head)
+    _option(param, "param", PARAMS)  # it runs both
+    gradient, head = _option(gradient, "gradient", GRADIENTS), _checked_head(head)
     try:
         device = torch.device(device)
     except (TypeError, RuntimeError) as err:
         raise TypeError(f"device must be a torch.device or a device name such as 'cpu', got {device!r}") from err
     if device.type != "cpu":
         return f"it runs on the CPU only (the problem is on {device})"
-    if param != "W":
-        return 'it trains W only (param="W")'
     if gradient != "exact":
-        return 'it computes the exact gradient only (gradient="exact")'
+        return 'it computes the exact gradient only (gradient="exact"; rule="official" defaults to autograd)'
     if not isinstance(head, HEADS):
         return f"it has no {type(head).__name__} head (linear and ReLU heads only)"
     return None
@@ -308,12 +328,6 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
     made on WZ[i] = W z_i, through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
     ||G||_F^2 = sum_i A[i] . R[i]. A lane whose G is 0 (up to round-off, if normalized) does not move."""
     n, d, L = A.shape
-    for b in range(L):
-        lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                lanes[SCALE, b] = max(lanes[SCALE, b], abs(A[i, p, b]))
     for i in range(n):
         for p in range(d):
             for b in range(L):
@@ -322,10 +336,39 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
             for p in range(d):
                 for b in range(L):
                     R[i, p, b] += gram[i, j, b] * A[j, p, b]
+    _scaled_products(A, R, lanes)
+    _factor(lanes, log_scale, lr, normalized, eps)
+    for i in range(n):
         for p in range(d):
             for b in range(L):
+                WZ[i, p, b] -= lanes[FACTOR, b] * R[i, p, b]
+                B[i, p, b] += lanes[FACTOR, b] * A[i, p, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _scaled_products(G, H, lanes):
+    """On every lane, lanes[SCALE] = the largest |entry| of G and lanes[NORM] = sum G H / SCALE^2 over the
+    entries of G and H (both (rows, columns, L)); 0 where G = 0."""
+    rows, columns, L = G.shape
+    for b in range(L):
+        lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
+                lanes[SCALE, b] = max(lanes[SCALE, b], abs(G[a, c, b]))
+    for a in range(rows):
+        for c in range(columns):
+            for b in range(L):
                 unit = 1.0 / lanes[SCALE, b] if lanes[SCALE, b] > 0 else 0.0
-                lanes[NORM, b] += (A[i, p, b] * unit) * (R[i, p, b] * unit)
+                lanes[NORM, b] += (G[a, c, b] * unit) * (H[a, c, b] * unit)
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _factor(lanes, log_scale, lr, normalized, eps):
+    """lanes[FACTOR] = the factor of the step -factor G that `train.gd` takes for the gradient e^{log scale} G
+    (normalized as `train._unit`), on every lane, from a scale lanes[SCALE] > 0 (0 where G = 0: no move) and
+    lanes[NORM] = ||G||_F^2 / scale^2."""
+    L = lanes.shape[1]
     if normalized:
         for b in range(L):
             lanes[NORM, b] = math.sqrt(lanes[NORM, b]) if lanes[NORM, b] > 0 else 0.0
@@ -345,11 +388,6 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
         _exp(lanes, (FACTOR,))
         for b in range(L):
             lanes[FACTOR, b] = lr * lanes[FACTOR, b] if lanes[SCALE, b] > 0 else 0.0
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                WZ[i, p, b] -= lanes[FACTOR, b] * R[i, p, b]
-                B[i, p, b] += lanes[FACTOR, b] * A[i, p, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -362,6 +400,22 @@ def _row_products(left, right, out):
             for q in range(left.shape[1]):
                 for b in range(out.shape[2]):
                     out[i, j, b] += left[i, q, b] * right[j, q, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _record_outputs(r, loss, Y, outputs, s, probs, risks):
+    """Record r of every lane's attention s into probs (records, L, n, T) and, from the outputs, of its loss
+    (the loss with code `loss`) into risks (records, L)."""
+    n, T, L = s.shape
+    for b in range(L):
+        risk = 0.0
+        for i in range(n):
+            margin = Y[i, b] * outputs[i, b]
+            risk += (max(-margin, 0.0) + math.log1p(math.exp(-abs(margin))) if loss == 0 else
+                     (math.exp(-margin) if loss == 1 else -margin))
+            for t in range(T):
+                probs[r, b, i, t] = s[i, t, b]
+        risks[r, b] = risk / n
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
@@ -380,15 +434,8 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, W
     for k in range(record[-1] + 1):
         _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
         if k == record[r]:
+            _record_outputs(r, loss, Y, outputs, s, probs, risks)
             for b in range(L):
-                risk = 0.0
-                for i in range(n):
-                    margin = Y[i, b] * outputs[i, b]
-                    risk += (max(-margin, 0.0) + math.log1p(math.exp(-abs(margin))) if loss == 0 else
-                             (math.exp(-margin) if loss == 1 else -margin))
-                    for t in range(T):
-                        probs[r, b, i, t] = s[i, t, b]
-                risks[r, b] = risk / n
                 for p in range(d):
                     for q in range(d):
                         Ws[r, b, p, q] = W0[p, q, b]
@@ -458,6 +505,17 @@ def _lanes_last(tensor: torch.Tensor, shape: tuple, *, batch: tuple, size: int, 
 def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normalized: bool, eps: float,
         record, sqrt_schedule: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`gd` without checks (for `train.gd`, which checked its arguments and checks the result)."""
+    d = problem.d
+    return _in_blocks(_run, problem, head, (W0,), (LOSS_CODES[loss], float(lr), normalized, float(eps),
+                                                  sqrt_schedule, np.asarray(record, dtype=np.int64)),
+                      len(record), ((d, d), (problem.n, problem.T), ()))
+
+
+def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, records: int,
+               shapes: tuple) -> tuple[torch.Tensor, ...]:
+    """The records of a compiled loop `run` (`_run`'s arguments: the problem's X, Y, Z, the head's U, XV, the
+    ``starts``, ``options``, then the arrays it records into, one per shape of ``shapes``), called on BLOCK
+    problems at a time, lanes last; each record as a tensor (records, *batch, *shape)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size, padded, lanes_last = _lanes(batch)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
@@ -467,17 +525,15 @@ def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normaliz
     else:
         u = _token_values(problem, problem.v if head is None else head.v)
         U, XV = lanes_last(u, (n, T)), np.zeros((n, T, 0, padded))
-    W0 = lanes_last(W0, (d, d))
-    records = len(record)
-    Ws, probs, risks = np.empty((records, padded, d, d)), np.empty((records, padded, n, T)), np.empty((records, padded))
+    inputs = (X, Y, Z, U, XV) + tuple(lanes_last(start, start.shape[-2:]) for start in starts)
+    outputs = [np.empty((records, padded) + shape) for shape in shapes]
     for start in range(0, padded, BLOCK):
         block = slice(start, start + BLOCK)
-        recorded = [np.empty(a[:, block].shape) for a in (Ws, probs, risks)]
-        _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, W0)), LOSS_CODES[loss], float(lr),
-             normalized, float(eps), sqrt_schedule, np.asarray(record, dtype=np.int64), *recorded)
-        for a, values in zip((Ws, probs, risks), recorded):
+        recorded = [np.empty(a[:, block].shape) for a in outputs]
+        run(*(np.ascontiguousarray(a[..., block]) for a in inputs), *options, *recorded)
+        for a, values in zip(outputs, recorded):
             a[:, block] = values
-    return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in (Ws, probs, risks))
+    return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in outputs)
 
 
 def _record(record) -> np.ndarray:

@@ -3,7 +3,8 @@
 `gd` trains W or (K, Q) (paper A), `gd_prompt` the query p of paper B's model, `gd_joint` its query and head
 together; `regularization_path` (from `path`) follows the constrained minimizers. The gradients come from
 `gradients`, exact however far softmax saturates, so gradient descent never stalls on round-off. On the CPU, W
-trains in the compiled loop of `compiled` (the same steps, several times faster) wherever it applies.
+and (K, Q) train in compiled loops (`compiled`, `_kq_loop`: the same steps, several times faster) wherever
+they apply.
 `gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
 plus machine epsilon, and an epsilon ridge on (K, Q)); on W it stalls once the gradient falls below epsilon,
 on (K, Q) the ridge stops the growth where its gradient balances the loss's (the loss gradient stays above
@@ -44,7 +45,28 @@ __all__ = ["Trajectory", "Path", "gd", "gd_prompt", "gd_joint", "loss_gradient",
 
 @dataclass(frozen=True)
 class Trajectory:
-    """Iterates of gradient descent recorded at ``steps``; arrays have shape (records, *batch, ...).
+    """Iterates of a training run, recorded at ``steps``.
+
+    Tensors have shape (records, *batch, ...); the fields a run does not train are None.
+
+    Parameters
+    ----------
+    steps : ndarray
+        The recorded step numbers, shape (records,).
+    probs : Tensor
+        The softmax probabilities, shape (records, ..., n, T).
+    loss : Tensor
+        The empirical risk, shape (records, ...).
+    W : Tensor or None, default=None
+        The attention weights, shape (records, ..., d, d).
+    K : Tensor or None, default=None
+        The key matrices of a (K, Q) run, shape (records, ..., d, m).
+    Q : Tensor or None, default=None
+        The query matrices of a (K, Q) run, shape (records, ..., d, m).
+    p : Tensor or None, default=None
+        The prompt of ``gd_prompt`` and ``gd_joint``, shape (records, ..., d).
+    v : Tensor or None, default=None
+        The head of ``gd_joint``, shape (records, ..., d).
 
     Examples
     --------
@@ -65,7 +87,12 @@ class Trajectory:
     v: torch.Tensor | None = None  # (records, ..., d) for gd_joint
 
     def selection(self) -> torch.Tensor:
-        """The token each sequence attends to most at the last recorded step, shape (..., n).
+        """The token each sequence attends to most at the last recorded step.
+
+        Returns
+        -------
+        Tensor
+            Token indices, shape (..., n).
 
         Examples
         --------
@@ -162,10 +189,31 @@ def _descend(params: tuple, evaluate, recorder: _Recorder, steps: int, lr: float
 
 
 def loss_gradient(problem: Problem, W: ArrayLike, loss: str = "logistic", head: Head | None = None) -> torch.Tensor:
-    """The gradient dL/dW (..., d, d), exact under saturation (see ``weight_gradient``); it underflows to 0 only
-    where the true gradient is below the smallest float64. ``loss``: the loss, a name of ``model.LOSSES``;
-    ``head``: None (the problem's linear head v) or a head of ``attnsvm.heads``. With T = 1 token per sequence
+    r"""The gradient :math:`\partial L/\partial W`, exact under saturation (see ``weight_gradient``).
+
+    It underflows to 0 only where the true gradient is below the smallest float64. With T = 1 token per sequence
     attention is constant and the gradient exactly 0.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    W : ArrayLike
+        The attention weights, (d, d) or (..., d, d).
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    head : Head or None, default=None
+        None (the problem's linear head v) or a head of ``attnsvm.heads``.
+
+    Returns
+    -------
+    Tensor
+        The gradient, shape (..., d, d).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------
@@ -187,11 +235,30 @@ def loss_gradient(problem: Problem, W: ArrayLike, loss: str = "logistic", head: 
 
 
 def lipschitz_W(problem: Problem) -> torch.Tensor:
-    """A Lipschitz constant L_W of W -> grad L(W) on all of R^{d x d} for the logistic loss, shape: batch.
+    r"""A Lipschitz constant :math:`L_W` of :math:`W \mapsto \nabla L(W)` on all of :math:`\mathbb{R}^{d\times d}` for
+    the logistic loss.
 
-    The mean over the sequences of chapter 7's bound (``tensor.lipschitz_bound``) for the loss of sequence i:
-    ||X_i||_2^2 ||z_i||^2 (rho_i^2 / 16 + 5 rho_i / 4), with rho_i the range of its token values v^T x_it.
-    So gradient descent with lr <= 1 / L_W meets the step condition of the global theorem (chapter 3).
+    The mean over the sequences of chapter 7's bound (``tensor.lipschitz_bound``) for the loss of sequence i,
+    :math:`\|X_i\|_2^2 \|z_i\|^2 (\rho_i^2/16 + 5\rho_i/4)`, with :math:`\rho_i` the range of its token values
+    :math:`v^\top x_{it}`. So gradient descent with :math:`\eta \le 1/L_W` meets the step condition of the global
+    theorem (chapter 3).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch), with queries Z.
+
+    Returns
+    -------
+    Tensor
+        :math:`L_W`, shape: the problem's batch shape.
+
+    Raises
+    ------
+    ValueError
+        If ``problem.Z`` is None (paper B's prompt model).
+    FloatingPointError
+        If the constant overflows float64.
 
     Examples
     --------
@@ -234,25 +301,67 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
        record_every: int = 1, loss: str = "logistic", m: int | None = None, seed: int = 0, gradient: str | None = None,
        head: Head | None = None, eps: float | None = None, ridge: float | None = None, rule: str | None = None,
        engine: str = "auto") -> Trajectory:
-    """Gradient descent on W (param="W") or on (K, Q) with W = K Q^T (param="KQ"), for every problem in the batch.
+    r"""Gradient descent on W, or on (K, Q) with :math:`W = KQ^\top`, for every problem in the batch.
 
-    ``normalized``: step -lr G/||G||_F (each of K and Q normalized separately), as in the papers' experiments;
-    otherwise the plain step -lr G. ``eps``: normalize by ||G||_F + eps instead (default 0), as paper A's code
-    does with eps = 2.2e-16 (machine epsilon): steps then shrink, and training all but stops, once ||G||_F falls
-    to eps. ``schedule``: "constant" (step size lr) or "sqrt" (lr / sqrt(k + 1) at step k), as in
-    ``linear.gd``. ``ridge`` (param="KQ" only, default 0): minimize L + ridge (||K||_F^2 + ||Q||_F^2), as paper A's
-    (K, Q) code does with ridge = eps. ``rule``: None (the options above) or "official", paper A's update in full
-    (``local_converge.ipynb``): the gradient by autograd through softmax (unless gradient="exact" is passed),
-    each of W, K, Q stepped by -lr g / (||g||_F + OFFICIAL_EPS), and for (K, Q) the ridge OFFICIAL_EPS; it fixes
-    eps, ridge and normalized, so passing any of them with it is an error.
-    ``init``: None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform" (seeded by ``seed``), an initial W
-    (..., d, d) or a pair (K0, Q0). ``m``: the width of K and Q (default d). ``loss``: a name of
-    ``model.LOSSES``. ``head``: None for the problem's linear head v, or a head from ``attnsvm.heads`` (e.g. ReLU).
-    ``gradient``: "exact" (the default, see ``weight_gradient``) or "autograd" (through softmax, for comparison).
-    ``engine``: "compiled" (a compiled CPU loop: the same steps, several times faster), "torch" (the batched torch
-    loop, for every option), or "auto": compiled wherever it applies (``why_not_compiled`` says where not).
-    Records W, softmax probabilities and the loss at steps 0, record_every, 2 record_every, ..., and ``steps``;
-    refuses more than 10**8 steps, 10**7 records or 2 GiB of them.
+    The step is :math:`-\eta\, G/\|G\|_F` (``normalized``; for (K, Q) each factor normalized separately), as in
+    the papers' experiments, or the plain :math:`-\eta\, G`. Records W, the softmax probabilities and the loss at
+    steps 0, ``record_every``, 2 ``record_every``, ..., and ``steps``.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    param : {'W', 'KQ'}, default='W'
+        Train W, or the factors (K, Q).
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    normalized : bool, default=True
+        Normalized steps :math:`-\eta\, G/\|G\|_F`; False: plain steps :math:`-\eta\, G`.
+    schedule : {'constant', 'sqrt'}, default='constant'
+        Step size :math:`\eta` at every step, or :math:`\eta/\sqrt{k+1}` at step k (as in ``linear.gd``).
+    init : str, ArrayLike, tuple or None, default=None
+        None (zeros for W, "uniform" for (K, Q)), "zeros", "uniform" (seeded by ``seed``), an initial W
+        (..., d, d) or a pair (K0, Q0).
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+    m : int or None, default=None
+        The width of K and Q (None: d).
+    seed : int, default=0
+        The seed of init="uniform".
+    gradient : {'exact', 'autograd'} or None, default=None
+        The exact gradient (None: "exact", see ``weight_gradient``) or autograd through softmax, for comparison.
+    head : Head or None, default=None
+        None for the problem's linear head v, or a head from ``attnsvm.heads`` (e.g. ReLU).
+    eps : float or None, default=None
+        Normalize by :math:`\|G\|_F + \varepsilon` instead (None: 0), as paper A's code does with
+        :math:`\varepsilon = 2.2\times 10^{-16}` (machine epsilon): steps then shrink, and training all but stops,
+        once :math:`\|G\|_F` falls to eps.
+    ridge : float or None, default=None
+        param="KQ" only (None: 0): minimize :math:`L + \mathrm{ridge}\,(\|K\|_F^2 + \|Q\|_F^2)`, as paper A's
+        (K, Q) code does with ridge = eps.
+    rule : {'official'} or None, default=None
+        None (the options above) or "official", paper A's update in full (``local_converge.ipynb``): the gradient
+        by autograd through softmax (unless gradient="exact" is passed), each of W, K, Q stepped by
+        :math:`-\eta\, g/(\|g\|_F + \mathrm{OFFICIAL\_EPS})`, and for (K, Q) the ridge ``OFFICIAL_EPS``.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (a compiled CPU loop: the same steps, several times faster), "torch" (the batched torch loop,
+        for every option), or "auto": compiled wherever it applies (``why_not_compiled`` says where not).
+
+    Returns
+    -------
+    Trajectory
+        W (or K, Q), the probabilities and the loss at the recorded steps.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it); if rule="official" is passed with eps, ridge or
+        normalized (it fixes them); if ridge is passed with param="W"; if engine="compiled" cannot run this
+        training; if the run would take more than :math:`10^8` steps, :math:`10^7` records or 2 GiB of them.
 
     Examples
     --------
@@ -299,9 +408,16 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
     blame = _blame(f"lr={lr!r}" + (f" with ridge={ridge!r}" if ridge else ""),
                    "the head or init" if head is not None else "init")
     if engine != "torch" and not unsupported:
-        W, probs, risk = compiled._gd(problem, params[0], head, loss, lr, normalized, eps, recorder.steps,
-                                      sqrt_schedule)
-        return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W), blame)
+        if param == "W":
+            (W, probs, risk), factors = compiled._gd(problem, params[0], head, loss, lr, normalized, eps,
+                                                     recorder.steps, sqrt_schedule), {}
+        else:
+            from . import _kq_loop  # here: it shares _mirror's compiled products, and _mirror imports this module
+            W, K, Q, probs, risk = _kq_loop._gd(problem, *params, head, loss, lr, normalized, eps, ridge,
+                                                recorder.steps, sqrt_schedule)
+            factors = {"K": K, "Q": Q}
+        return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, W=W,
+                                             **factors), blame)
     with _overflow("gradient descent's iterates", blame, "lower lr"):
         _torch_loop(problem, params, recorder, steps, lr, normalized, loss, gradient, head, eps, ridge, sqrt_schedule)
     return _finite_trajectory(recorder.trajectory(), blame)
@@ -352,11 +468,39 @@ def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, lo
 @torch.no_grad()  # a run records data, not a graph
 def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normalized: bool = True,
               init: ArrayLike | None = None, record_every: int = 1, loss: str = "logistic") -> Trajectory:
-    """Gradient descent on the query p of paper B's model f(X) = <X v, softmax(X key p)>, with ``key`` (d, d)
-    fixed (the product of its key and query matrices); the problem's queries Z are not used.
+    r"""Gradient descent on the query p of paper B's model :math:`f(X) = \langle Xv, \mathrm{softmax}(X\,\mathrm{key}\,
+    p)\rangle`.
 
-    ``init``: None (zeros) or an initial p, (d,) or (..., d). ``normalized``: step -lr g/||g||, as in paper B.
-    Returns a Trajectory whose ``.p`` holds the recorded iterates (records, ..., d).
+    The problem's queries Z are not used.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    key : ArrayLike
+        The fixed product of the key and query matrices, shape (d, d).
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    normalized : bool, default=True
+        Normalized steps :math:`-\eta\, g/\|g\|`, as in paper B; False: plain steps.
+    init : ArrayLike or None, default=None
+        None (zeros) or an initial p, (d,) or (..., d).
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Trajectory
+        Its ``p`` holds the recorded iterates, shape (records, ..., d).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------
@@ -388,9 +532,41 @@ def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normal
 @torch.no_grad()  # a run records data, not a graph
 def gd_joint(problem: Problem, key: ArrayLike, *, steps: int, lr: float, init_p: ArrayLike, init_v: ArrayLike,
              normalized: bool = True, record_every: int = 1, loss: str = "logistic") -> Trajectory:
-    """Joint gradient descent on the query p and the head v of paper B's model f(X) = <X v, softmax(X key p)>
-    (the problem's v and Z are not used). Each of p and v takes its own step, normalized by default.
-    Returns a Trajectory with ``.p`` and ``.v`` (records, ..., d).
+    r"""Joint gradient descent on the query p and the head v of paper B's model :math:`f(X) = \langle Xv,
+    \mathrm{softmax}(X\,\mathrm{key}\,p)\rangle`.
+
+    Each of p and v takes its own step, normalized by default. The problem's v and Z are not used.
+
+    Parameters
+    ----------
+    problem : Problem
+        The problems (a batch).
+    key : ArrayLike
+        The fixed product of the key and query matrices, shape (d, d).
+    steps : int
+        The number of steps.
+    lr : float
+        The step size :math:`\eta`.
+    init_p : ArrayLike
+        The initial query, (d,) or (..., d).
+    init_v : ArrayLike
+        The initial head, (d,) or (..., d).
+    normalized : bool, default=True
+        Normalize each of the two steps by its gradient's norm.
+    record_every : int, default=1
+        Record every this many steps.
+    loss : str, default='logistic'
+        A name of ``model.LOSSES``.
+
+    Returns
+    -------
+    Trajectory
+        Its ``p`` and ``v`` hold the recorded iterates, shape (records, ..., d).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (the message names it and the fix).
 
     Examples
     --------
