@@ -13,8 +13,28 @@ _MARKUP = re.compile(r"([|*])")
 _ENTRY_SECTIONS = {"Parameters", "Other Parameters", "Returns", "Yields", "Raises", "Warns", "Attributes"}
 
 
-def _literal_prose(line: str) -> str:
-    return "".join(part if _SPANS.fullmatch(part) else _MARKUP.sub(r"\\\1", part) for part in _SPANS.split(line))
+# a role or code span that opens on this line and closes on a later one (a long :math:`...`)
+_OPEN = re.compile(r":[\w:+-]+:`[^`]*$|(?<!`)`[^`]*$")
+
+
+def _literal_prose(line: str, in_span: bool = False) -> tuple[str, bool]:
+    """The line with prose markup escaped, and whether a span is still open at its end (``in_span``: at its start)."""
+    head = ""
+    if in_span:
+        end = line.find("`")
+        if end < 0:
+            return line, True
+        head, line = line[:end + 1], line[end + 1:]
+    parts, open_at_end = [], False
+    for part in _SPANS.split(line):
+        if _SPANS.fullmatch(part):
+            parts.append(part)
+            continue
+        opened = _OPEN.search(part)
+        cut = opened.start() if opened else len(part)
+        parts.append(_MARKUP.sub(r"\\\1", part[:cut]) + part[cut:])
+        open_at_end = opened is not None
+    return head + "".join(parts), open_at_end
 
 
 def _is_heading(lines, k):
@@ -22,9 +42,10 @@ def _is_heading(lines, k):
 
 
 def _escape(app, what, name, obj, options, lines):
-    in_example, section = False, None
+    in_example, section, in_span = False, None, False
     for k, line in enumerate(lines):
         stripped = line.strip()
+        in_span = in_span and bool(stripped)  # no span runs over a blank line
         if _is_heading(lines, k):
             section = stripped
             continue
@@ -36,7 +57,7 @@ def _escape(app, what, name, obj, options, lines):
             in_example = False
         entry = section in _ENTRY_SECTIONS and stripped and not line[:1].isspace()
         if not in_example and not entry:
-            lines[k] = _literal_prose(line)
+            lines[k], in_span = _literal_prose(line, in_span)
 
 
 def _skip_tuple_fields(app, what, name, obj, skip, options):
