@@ -282,7 +282,7 @@ def svm(X: ArrayLike, y: ArrayLike, *, solver: str = "nnls") -> SVM:
     point (if no w has margins 1 on S: the one whose removal leaves the smallest residual, preferring one the smaller
     face keeps feasible; else the most negative multiplier) or gains the point of smallest margin (the walk stops,
     no face found, rather than add back a dropped point); a passing S with some
-    :math:`a_i \le \mathrm{ACTIVE\_TOL} \max_j a_j` gives way to :math:`S \setminus \{i\}` where that face passes
+    :math:`a_i \le \mathrm{ACTIVE\_TOL} \max_j a_j` gives way to :math:`S \mathbin{\backslash} \{i\}` where that face passes
     too and keeps :math:`m_i \ge 1` to the rounding of :math:`m_i` (its :math:`w_S` has the smaller norm).
 
     What is certified: :math:`w_S` is optimal for data within rounding of X (:math:`O(k d \varepsilon \|Z\|)`), not
