@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "book_src").glob("[0-9][0-9]_*.md") if not p.stem.startswith("00"))
@@ -16,6 +17,21 @@ EXPLORER_CHAPTERS = ("02", "03", "04", "05", "06")
 
 def source(name: str) -> str:
     return (ROOT / "book_src" / f"{name}.md").read_text()
+
+
+def sections(name: str) -> list[str]:
+    """The pages that _toc.yml lists under a chapter (its `sections:`), e.g. its page of reproductions."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    for part in toc["parts"]:
+        for chapter in part["chapters"]:
+            if chapter["file"] == f"book/{name}":
+                return [page["file"].removeprefix("book/") for page in chapter.get("sections", [])]
+    return []
+
+
+def chapter_source(name: str) -> str:
+    """A chapter's page and its section pages: exercises and the explorer may sit on any of them."""
+    return "\n".join(source(page) for page in [name, *sections(name)])
 
 
 def code_cells(name: str) -> list[tuple[str, str]]:
@@ -48,8 +64,9 @@ def test_chapter_opens_with_objectives_and_links_the_notation_page(name):
 
 @pytest.mark.parametrize("name", TAUGHT)
 def test_chapter_closes_with_summary_and_exercises_with_solutions(name):
-    text = source(name)
-    assert "\n## Summary\n" in text and "\n## Exercises\n" in text, f"{name}: no Summary or Exercises section"
+    assert "\n## Summary\n" in source(name) and "\n## Exercises\n" in source(name), (
+        f"{name}: no Summary or Exercises section")
+    text = chapter_source(name)
     exercises = re.findall(r"^```\{exercise\}.*\n:label: (\S+)", text, re.MULTILINE)
     solved = set(re.findall(r"^`{3,}\{solution(?:-start)?\} (\S+)", text, re.MULTILINE))
     assert len(exercises) >= 4, f"{name}: {len(exercises)} exercises, at least 4 expected"
@@ -58,14 +75,14 @@ def test_chapter_closes_with_summary_and_exercises_with_solutions(name):
 
 @pytest.mark.parametrize("name", TAUGHT)
 def test_chapter_has_a_coding_exercise_with_a_stub_and_a_self_check(name):
-    text = source(name)
+    text = chapter_source(name)
     assert "raise NotImplementedError" in text and "{solution-start}" in text, f"{name}: no coding exercise stub"
     assert "attnsvm.book.exercises.check(" in text, f"{name}: no self-check"
 
 
 @pytest.mark.parametrize("name", [n for n in CHAPTERS if n[:2] in EXPLORER_CHAPTERS])
 def test_chapter_has_an_explorer(name):
-    assert "widgets.explorer(" in source(name), f"{name}: no interactive explorer"
+    assert "widgets.explorer(" in chapter_source(name), f"{name}: no interactive explorer"
 
 
 @pytest.mark.parametrize("name", TAUGHT)

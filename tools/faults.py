@@ -57,9 +57,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ("00_introduction", "prelude", "01_preliminaries", "02_regularization_path", "03_global_convergence",
-            "03b_central_theorem", "04_local_convergence", "05_nonlinear_heads", "06_causal_attention",
-            "07_tensor_lipschitz", "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
+CHAPTERS = ("00_introduction", "prelude", "prelude_gd", "prelude_ngd", "01_preliminaries", "02_regularization_path",
+            "02r_path_experiments", "03_global_convergence", "03b_central_theorem", "03r_global_experiments",
+            "04_local_convergence", "04r_local_experiments", "05_nonlinear_heads", "05r_nonlinear_experiments",
+            "06_causal_attention", "06r_causal_experiments", "07_tensor_lipschitz", "07r_lipschitz_experiments",
+            "08_mirror_descent", "09_rates", "10_next_token", "11_low_rank", "12_open_problems")
 CLEAR_ERRORS = {"AssertionError", "ValueError", "InfeasibleSVM", "SolverError", "FloatingPointError"}
 CELL_TIMEOUT = 600  # seconds per cell
 CHAPTER_TIMEOUT = 420  # seconds per chapter (the budget is 60 s; a fault may slow a chapter down, not this much)
@@ -147,8 +149,9 @@ def recompile(module, name: str, old: str, new: str, callers: tuple = ()) -> Non
 
 
 def torch_loop_only() -> None:
-    """Route every training of W through the torch loop of `train.gd`: the compiled engine computes the gradient
-    itself and would bypass a fault in the Python gradient. It returns what `compiled.gd` returns."""
+    """Route every training of W and of (K, Q) through the torch loop of `train.gd`: the compiled engines compute
+    the gradient themselves and would bypass a fault in the Python gradient. Its W loop returns what `compiled.gd`
+    returns."""
     from functools import reduce
     from math import gcd
 
@@ -164,6 +167,9 @@ def torch_loop_only() -> None:
     patch(compiled, "_gd", lambda original: gd)  # train.gd calls the unchecked engine
     patch(compiled, "gd", lambda original: lambda problem, W0, head, *, loss, lr, normalized, eps, record: gd(
         problem, W0, head, loss, lr, normalized, eps, record))
+    # (K, Q) trains in its own compiled loop (_kq_loop) wherever why_not_compiled gives no reason: give one
+    patch(compiled, "why_not_compiled", lambda original: lambda param, *rest: (
+        "the faults harness runs (K, Q) in the torch loop" if param == "KQ" else original(param, *rest)))
     from attnsvm.train import _mirror as mirror
     # mirror descent's compiled loop takes neither the torch loop's maps nor its step: run the torch loop
     patch(mirror, "_train", lambda original: lambda *arguments: original(*arguments[:-1], "torch"))
@@ -403,7 +409,7 @@ def exact_gradient_is_autograd():
     patch(gradients, "_weight_gradient", make)
 
 
-@fault("01_preliminaries", "04_local_convergence", "07_tensor_lipschitz",
+@fault("01_preliminaries", "04r_local_experiments", "07_tensor_lipschitz",
        "tests/lib/test_train.py::test_exact_gradient_is_accurate_when_softmax_saturates", control="torch_loop")
 def softmax_without_max_shift():
     """Softmax without the max-subtraction, exp(l) / sum exp(l), in the model, the probabilities the gradient
@@ -523,7 +529,7 @@ def vec_column_major():
     patch(tensor, "vec", lambda original: vec)
 
 
-@fault("07_tensor_lipschitz", "tests/lib/test_tensor.py::test_log10_bound_matches_mpmath")
+@fault("07r_lipschitz_experiments", "tests/lib/test_tensor.py::test_log10_bound_matches_mpmath")
 def paper_bound_halved():
     """Paper C's Lipschitz bound M = 3 T^3 R^7 exp(13 R^2) computed as M / 2 (a constant 3/2 for 3)."""
     import numpy as np
@@ -532,15 +538,15 @@ def paper_bound_halved():
     patch(tensor, "log10_bound", lambda original: lambda T, R: original(T, R) - np.log10(2))
 
 
-@fault("07_tensor_lipschitz", "tests/lib/test_tensor.py::test_lipschitz_bound_dominates_exact_hessian_everywhere")
+@fault("07r_lipschitz_experiments", "tests/lib/test_tensor.py::test_lipschitz_bound_dominates_exact_hessian_everywhere")
 def book_bound_halved():
     """The book's own Lipschitz bound of the gradient comes out half as large (a factor 2 of a derivative lost)."""
     from attnsvm import tensor
     patch(tensor, "lipschitz_bound", lambda original: lambda *args, **options: 0.5 * original(*args, **options))
 
 
-@fault("04_local_convergence", "03_global_convergence",
-       "tests/lib/test_train.py::test_plain_gd_on_KQ_follows_the_chain_rule")
+@fault("04r_local_experiments", "03r_global_experiments",
+       "tests/lib/test_train.py::test_plain_gd_on_KQ_follows_the_chain_rule", control="torch_loop")
 def kq_gradient_untransposed():
     """Gradient descent on (K, Q) forgets a transpose in the chain rule: dL/dQ = G K instead of G^T K (they agree
     only where the gradient G is symmetric)."""
@@ -570,6 +576,7 @@ def kq_gradient_untransposed():
                     return train._descent._unit(update, log_scale=log_scale, eps=eps) if normalized else update
                 K, Q = K - lr * step(G @ Q), Q - lr * step(G @ K)  # the fault: G^T @ K
         return loop
+    torch_loop_only()
     patch(train._descent, "_torch_loop", make)
 
 
@@ -793,7 +800,7 @@ def linear_svm_half_multipliers():
     patch(linear, "svm", make)
 
 
-@fault("prelude", "tests/lib/test_linear.py::test_offset_and_residual")
+@fault("prelude_gd", "tests/lib/test_linear.py::test_offset_and_residual")
 def linear_offset_sign():
     """Hypothesis (H)'s offset solves m_i(w) = log(alpha_i / c) instead of log(c / alpha_i) on the support
     vectors: the offset with the wrong sign."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
+from math import gcd
 
 import numba
 import numpy as np
@@ -945,15 +946,17 @@ def _solution(X: np.ndarray, y: np.ndarray, solution) -> SVM:
     return solution
 
 
-def _multipliers_of_h(Z_S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, bool]:
-    """For the signed support vectors Z_S (k, d): (log alpha, pinv, cond, converged). alpha (k,) are the dual
-    multipliers of hypothesis (H): alpha = c e^(-m) at the minimizer of F(v) = sum_i c e^(-m_i(v)) + <w_hat, v>,
-    found by damped Newton on m = Z_S v in the column space of Z_S (its gradient vanishes iff Z_S^T alpha = w_hat).
-    pinv (d, k) is the pseudo-inverse of Z_S and cond its condition number, with singular values below k eps times
-    the largest taken as 0."""
+def _multipliers_of_h(Z_S: np.ndarray, rank: int) -> tuple[np.ndarray | None, np.ndarray | None, float, bool]:
+    """For the signed support vectors Z_S (k, d) of exact rank ``rank``: (log alpha, pinv, cond, converged). alpha
+    (k,) are the dual multipliers of hypothesis (H): alpha = c e^(-m) at the minimizer of F(v) = sum_i c e^(-m_i(v))
+    + <w_hat, v>, found by damped Newton on m = Z_S v in the column space of Z_S (its gradient vanishes iff
+    Z_S^T alpha = w_hat). pinv (d, k) is the pseudo-inverse of Z_S and cond its condition number, from its ``rank``
+    largest singular values. (None, None, cond, False) where the rank-th singular value is not above k eps times the
+    largest: float64 cannot tell Z_S from a matrix of smaller rank."""
     U, sv, Vt = np.linalg.svd(Z_S, full_matrices=False)
     k, eps = len(Z_S), np.finfo(float).eps
-    rank = int((sv > k * eps * sv[0]).sum())  # support vectors dependent up to rounding count as dependent
+    if not sv[rank - 1] > k * eps * sv[0]:
+        return None, None, float(sv[0] / sv[rank - 1]) if sv[rank - 1] > 0 else np.inf, False
     U, sv, Vt = U[:, :rank], sv[:rank], Vt[:rank]
     p = U @ (U.sum(0) / (sv / sv[0]) ** 2)  # sv[0]^2 (Z_S Z_S^T)^+ 1, multipliers times sv[0]^2
     log_total, p = np.log(p.sum()) - 2 * np.log(sv[0]), p / p.sum()  # log ||w_hat||^2, and p sums to 1
@@ -978,11 +981,44 @@ def _multipliers_of_h(Z_S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, b
     return log_total - U @ s, Vt.T @ (U.T / sv[:, None]), sv[0] / sv[-1], converged
 
 
+def _exact_rank(Z_S: np.ndarray) -> int | None:
+    """The rank of Z_S (k, d) in exact arithmetic on its float64 entries: min(k, d) where float64 shows it (the
+    smallest singular value above 2^-20 times the largest, far beyond the rounding of singular values, a few k d eps
+    times the largest), else by Gaussian elimination on the rows scaled to integers (each row by the largest
+    denominator of its entries, a power of two; every row reduced by the gcd of its entries); None where that would
+    take more than ``EXACT_MAX`` rows (its cost grows like k^4: 15 s at k = 150)."""
+    sv = np.linalg.svd(Z_S, compute_uv=False)
+    if sv[-1] > 2.0**-20 * sv[0]:
+        return len(sv)
+    if len(Z_S) > EXACT_MAX:
+        return None
+    rows = []
+    for z in Z_S:
+        entries = [Fraction(v) for v in z]
+        scale = max(v.denominator for v in entries)
+        rows.append([int(v * scale) for v in entries])
+    rank = 0
+    for col in range(Z_S.shape[1]):
+        pivot = next((i for i in range(rank, len(rows)) if rows[i][col]), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        p = rows[rank][col]
+        for i in range(rank + 1, len(rows)):
+            if rows[i][col]:
+                row = [p * a - rows[i][col] * b for a, b in zip(rows[i], rows[rank])]
+                g = gcd(*row)
+                rows[i] = [a // g for a in row] if g else row
+        rank += 1
+    return rank
+
+
 def _exact_certificate(Z: np.ndarray, F: np.ndarray) -> np.ndarray | None:
     """The support {j : m_j(w_hat) = 1} (n,) of the signed points Z (n, d), decided in exact rational arithmetic on
     the float64 data, if the face F (n,) certifies w_hat exactly: its rows are independent, the minimum-norm w_F
     with m_i(w_F) = 1 on F has multipliers lam >= 0 (w_F = Z_F^T lam, (Z_F Z_F^T) lam = 1) and every m_j(w_F) >= 1
-    (then w_F = w_hat by the KKT conditions); else None."""
+    (then w_F = w_hat by the KKT conditions); else None. A margin is computed exactly only where float64 cannot
+    decide it: ``_undecided`` bounds the error of m_j(fl(w_F)) computed in float64."""
     rows = [[Fraction(v) for v in Z[i]] for i in np.flatnonzero(F)]
     k = len(rows)
     system = [[sum((p * q for p, q in zip(rows[i], rows[j])), Fraction(0)) for j in range(k)] + [Fraction(1)]
@@ -1000,33 +1036,133 @@ def _exact_certificate(Z: np.ndarray, F: np.ndarray) -> np.ndarray | None:
     if any(v < 0 for v in lam):
         return None
     w = [sum((lam[i] * rows[i][a] for i in range(k)), Fraction(0)) for a in range(Z.shape[1])]
-    margins = [sum((Fraction(v) * c for v, c in zip(z, w)), Fraction(0)) for z in Z]
-    if any(m < 1 for m in margins):
+    undecided, below = _undecided(Z, w)
+    if below:
         return None
-    return np.array([m == 1 for m in margins])
+    support = np.zeros(len(Z), bool)
+    for j in np.flatnonzero(undecided):
+        margin = sum((Fraction(v) * c for v, c in zip(Z[j], w)), Fraction(0))
+        if margin < 1:
+            return None
+        support[j] = margin == 1
+    return support
+
+
+def _undecided(Z: np.ndarray, w: list[Fraction]) -> tuple[np.ndarray, bool]:
+    """(the points (n,) of the signed points Z (n, d) whose exact margin under the rational w float64 cannot tell
+    from 1, whether float64 shows some margin below 1). m_j = Z_j fl(w) is computed with fl(w) rounded to nearest;
+    its error is at most (d + 1) u |z_j|^T |fl(w)| (1 + O(u)) plus d + ||z_j||_1 times 2^-1075 (underflow), u =
+    eps / 2, in any order of summation; the bound used is twice that. All points are undecided where fl(w)
+    overflows."""
+    n, d = Z.shape
+    try:
+        w_f = np.array([float(v) for v in w])
+    except OverflowError:
+        return np.ones(n, bool), False
+    with np.errstate(all="ignore"):
+        margins = Z @ w_f
+        bound = (d + 1) * np.finfo(float).eps * (np.abs(Z) @ np.abs(w_f)) \
+            + (d + np.abs(Z).sum(1)) * 2.0**-1074
+    decided = np.abs(margins - 1) > bound  # False where any of them is not finite
+    return ~decided, bool((decided & (margins < 1)).any())
+
+
+def _exact_face(Z: np.ndarray, C: np.ndarray, alpha: np.ndarray) -> np.ndarray | None:
+    """The face F (n,) of the exact SVM of the points C (n,) of the signed points Z (n, d): the minimum-norm w_C
+    with every m_i(w_C) >= 1 on C is Z_F^T lam with lam > 0, the rows of Z_F independent and m_i(w_C) = 1 on F (so
+    ``_exact_certificate(Z, F)`` certifies w_hat where the other margins are >= 1 too). Lawson and Hanson's NNLS
+    for the least-distance problem, min ||E u - f|| over u >= 0 with E = [Z_C^T; 1^T] and f = e_(d+1) (then
+    w_C = -r[:d] / r[d] for r = E u - f, and lam = u / (1 - sum u)), in exact rational arithmetic on the float64
+    data, through the Gram matrix E^T E = Z_C Z_C^T + 1. It starts from the points of C with the largest alpha
+    (above ``ACTIVE_TOL`` times the largest) whose columns of E are independent, less those whose least-squares
+    coefficient is not positive; each step lowers ||E u - f|| strictly, so it ends in finitely many steps (None
+    after 3 |C| + 10, or where a step breaks its invariants, which exact arithmetic rules out)."""
+    points = np.flatnonzero(C)
+    m = len(points)
+    rows = [[Fraction(v) for v in Z[i]] + [Fraction(1)] for i in points]
+    gram = [[Fraction(0)] * m for _ in range(m)]
+    for i in range(m):
+        for j in range(i, m):
+            gram[i][j] = gram[j][i] = sum((a * b for a, b in zip(rows[i], rows[j])), Fraction(0))
+
+    def solve(P):  # the least-squares coefficients s of E_P s = f: (E_P^T E_P) s = E_P^T f = 1; None if singular
+        system = [[gram[i][j] for j in P] + [Fraction(1)] for i in P]
+        for col in range(len(P)):
+            pivot = next((i for i in range(col, len(P)) if system[i][col] != 0), None)
+            if pivot is None:
+                return None
+            system[col], system[pivot] = system[pivot], system[col]
+            system[col] = [v / system[col][col] for v in system[col]]
+            for i in range(len(P)):
+                if i != col and system[i][col] != 0:
+                    system[i] = [v - system[i][col] * p for v, p in zip(system[i], system[col])]
+        return [row[-1] for row in system]
+
+    P, basis = [], []  # the start: independent columns of E, by exact elimination, largest alpha first
+    order = [i for i in np.argsort(-alpha[points], kind="stable") if alpha[points[i]] > ACTIVE_TOL * alpha.max()]
+    for i in order:
+        v = list(rows[i])
+        for pivot, b in basis:
+            if v[pivot] != 0:
+                v = [x - v[pivot] / b[pivot] * y for x, y in zip(v, b)]
+        lead = next((j for j, x in enumerate(v) if x != 0), None)
+        if lead is not None:
+            basis.append((lead, v))
+            P.append(int(i))
+    u = {}
+    while P:
+        s = solve(P)
+        if s is None:
+            return None
+        if all(v > 0 for v in s):
+            u = dict(zip(P, s))
+            break
+        P = [j for j, v in zip(P, s) if v > 0]
+    for _ in range(3 * m + 10):
+        dual = [1 - sum((gram[j][i] * u[i] for i in P), Fraction(0)) for j in range(m)]  # E^T (f - E u)
+        entering = [j for j in range(m) if j not in u and dual[j] > 0]
+        if not entering:
+            F = np.zeros(len(C), bool)
+            F[points[P]] = True
+            return F if P and sum(u.values()) < 1 else None
+        P.append(max(entering, key=lambda j: dual[j]))
+        u[P[-1]] = Fraction(0)
+        while True:
+            s = solve(P)
+            if s is None:
+                return None
+            if all(v > 0 for v in s):
+                u = dict(zip(P, s))
+                break
+            steps = [u[j] / (u[j] - v) for j, v in zip(P, s) if v <= 0 and u[j] > 0]
+            if not steps:
+                return None
+            step = min(steps)
+            u = {j: u[j] + step * (v - u[j]) for j, v in zip(P, s)}
+            P = [j for j in P if u[j] > 0]
+            u = {j: u[j] for j in P}
+    return None
 
 
 def _decided_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     """The support vectors that (H) is about, for the support S (n,) of ``svm``'s solution (w, alpha) of the signed
-    points Z (n, d) (scaled to max ||z_i|| ~ 1), decided in exact rational arithmetic on the data by the first face
-    near S that certifies w_hat exactly (``_exact_certificate``: S, the active points of alpha, S minus a point, S
-    plus a point within ``NEAR_TOL`` of the margin, or both, or one point alone); None where none does. Where S and
-    the near points are more than ``EXACT_MAX``, S itself if it is clear at float64 (no near point outside S, and no
-    point of S that S can lose and still pass the KKT conditions to rounding), else None."""
+    points Z (n, d) (scaled to max ||z_i|| ~ 1), decided in exact rational arithmetic on the data: by S if it
+    certifies w_hat exactly (``_exact_certificate``), else by the face of the exact SVM of the candidates C = S, the
+    points within ``NEAR_TOL`` of the margin and the active points of alpha (``_exact_face``), if that certifies
+    it; None where neither does. Where C has more than ``EXACT_MAX`` points, S itself if it is clear at float64 (no
+    near point outside S, and no point of S that S can lose and still pass the KKT conditions to rounding), else
+    None."""
     n = len(S)
     near = np.abs(Z @ w - 1) <= NEAR_TOL
-    if (near | S).sum() > EXACT_MAX:
+    candidates = S | near | (alpha > ACTIVE_TOL * alpha.max())
+    if candidates.sum() > EXACT_MAX:
         clear = not (near & ~S).any() and not any(
             (T := S & (np.arange(n) != i)).any() and _smaller(Z, T, i, alpha) for i in np.flatnonzero(S))
         return S if clear else None
-    unit, active = np.eye(n, dtype=bool), alpha > ACTIVE_TOL * alpha.max()
-    faces = [S, active] + [S & ~unit[i] for i in np.flatnonzero(S)]
-    faces += [(S | unit[j]) & ~unit[i] for j in np.flatnonzero(near & ~S) for i in [j, *np.flatnonzero(S)]]
-    faces += [unit[j] for j in np.flatnonzero(near | S)]  # one point alone
-    for F in faces:
-        if F.any() and (support := _exact_certificate(Z, F)) is not None:
-            return support
-    return None
+    if S.any() and (support := _exact_certificate(Z, S)) is not None:
+        return support
+    F = _exact_face(Z, candidates, alpha)
+    return None if F is None else _exact_certificate(Z, F)
 
 
 def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None = None) -> np.ndarray:
@@ -1058,9 +1194,12 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     ValueError
         If F below has no minimizer ((H) fails) or only one where some :math:`\alpha_i/\sum_j \alpha_j` is at most
         :math:`10 k \varepsilon\, \mathrm{cond}(Z_S)^2`, the accuracy of the multipliers (:math:`Z_S`: the k signed
-        support vectors; float64 cannot tell such an :math:`\alpha_i` from 0); if no face near the support
-        certifies the SVM exactly (the message names the points within ``NEAR_TOL`` of the margin); if
-        ``solution`` misses a support vector or has one too many.
+        support vectors; float64 cannot tell such an :math:`\alpha_i` from 0); if the support vectors have exact
+        rank r but their r-th singular value is not above :math:`k\varepsilon` times the largest (float64 cannot
+        tell them from vectors of smaller rank), or more than ``EXACT_MAX`` of them look dependent in float64 (their
+        rank is decided in exact arithmetic for at most that many); if no face near the support certifies the SVM
+        exactly (the message names the points within ``NEAR_TOL`` of the margin; the candidates also include the
+        solver's active points); if ``solution`` misses a support vector or has one too many.
     ~attnsvm.svm.SolverError
         If ``solution`` is None and the computed SVM misses a support vector, or Newton's method does not converge.
 
@@ -1068,16 +1207,21 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     -----
     (H) is about the support vectors, which float64 cannot always tell ((H) jumps with them: x = (1, 0.5),
     (1, -0.5), :math:`(1 + 2^{-52}, 0)` has log 2 where (1, 0) has log 3), so they are decided in exact rational
-    arithmetic on the data, by a face near the support S of ``solution`` (see ``svm``) that certifies the SVM
-    exactly (independent rows, multipliers :math:`\ge 0`, every margin :math:`\ge 1`). Where S and those points
+    arithmetic on the data, by a face that certifies the SVM exactly (independent rows, multipliers :math:`\ge 0`,
+    every margin :math:`\ge 1`): the support S of ``solution`` (see ``svm``), or else the face of the exact SVM of
+    the candidates (S, the points within ``NEAR_TOL`` of the margin and the solver's active points), which
+    Lawson and Hanson's NNLS finds in rational arithmetic, started from the active points. A margin is computed
+    exactly only where its float64 value, with its rounding bound, cannot tell it from 1. Where the candidates
     number more than ``EXACT_MAX``, S is used if float64 decides it clearly, and refused otherwise.
 
     The gradient of the convex :math:`F(v) = \sum_{i \in S} c\, e^{-m_i(v)} + \langle \hat w, v\rangle` vanishes iff
     the :math:`\alpha_i = c\, e^{-m_i(v)}` are dual multipliers, so :math:`\tilde w` is the minimum-norm minimizer of
-    F, found by Newton's method whatever multipliers ``svm`` returned. Support vectors within rounding of linear
-    dependence (singular values of :math:`Z_S` below :math:`k\varepsilon` times the largest) count as dependent. The
-    multipliers found must give back :math:`\sum_{i \in S} \alpha_i y_i x_i` = ``solution.w`` to the relative
-    accuracy ``OFFSET_TOL``.
+    F, found by Newton's method whatever multipliers ``svm`` returned, on the r largest singular values of
+    :math:`Z_S`, r its rank decided in exact arithmetic (skipped where float64 shows full rank); support vectors
+    within rounding of linear dependence but not exactly dependent (x = (1, -h), (1, 2h) for :math:`h \le 10^{-16}`,
+    or a point set to a rounded average of others) are refused: treating them as dependent would give a wrong
+    :math:`\tilde w`. The multipliers found must give back :math:`\sum_{i \in S} \alpha_i y_i x_i` = ``solution.w``
+    to the relative accuracy ``OFFSET_TOL``.
 
     Accuracy: the refusal guards the verdict on (H), not :math:`\tilde w`. :math:`\tilde w = Z_S^+(\log c - \log
     \alpha)` inherits the errors of :math:`\log \alpha_i`, about :math:`a/s_i` for :math:`a = 10 k \varepsilon\,
@@ -1118,7 +1262,22 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
                 "certifies the SVM in exact arithmetic; (H) and w_tilde jump with that choice. Move those points "
                 "off the margin or onto it exactly (e.g. exact binary fractions)")
         S = np.flatnonzero(decided)
-        log_alpha, pinv, cond, converged = _multipliers_of_h(Z[b][S])
+        rank = _exact_rank(Z[b][S])
+        if rank is None:
+            raise ValueError(
+                f"offset cannot decide the rank of the {len(S)} support vectors of X, y{where}: float64 shows them "
+                f"nearly dependent, and deciding their rank in exact arithmetic is done for at most EXACT_MAX = "
+                f"{EXACT_MAX} of them. Pass data with fewer support vectors, or ones farther from linear dependence")
+        log_alpha, pinv, cond, converged = _multipliers_of_h(Z[b][S], rank)
+        if log_alpha is None:
+            raise ValueError(
+                f"offset cannot compute the multipliers of (H) for X, y{where}, float64 cannot tell: the support "
+                f"vectors {S.tolist()} have rank {rank} in exact arithmetic, but in float64 they cannot be told from "
+                f"vectors of smaller rank (condition number {cond:.1e} over their {rank} largest singular values, "
+                f"not below 1 / (k eps) = {1 / (len(S) * np.finfo(float).eps):.1e}); treating them as dependent "
+                "would give a wrong w_tilde. Pass X with support vectors farther from linear dependence (e.g. "
+                "rescale the direction in which they nearly coincide), or exactly dependent ones (e.g. exact binary "
+                "fractions)")
         share = np.exp(log_alpha - _logsumexp(log_alpha))  # alpha_i / sum_j alpha_j
         accuracy = 10 * len(S) * np.finfo(float).eps * cond**2  # first order, for relative errors eps in Z_S
         small = share <= accuracy

@@ -41,7 +41,7 @@ def toc_entries(node):
 
 PAGES = list(dict.fromkeys(toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text()))))
 # the prelude and the chapters NN_name with NN != 00
-CHAPTERS = [name for name in PAGES if re.match(r"(?!00)\d\d|prelude$", Path(name).name)]
+CHAPTERS = [name for name in PAGES if re.match(r"(?!00)\d\d|prelude(_\w+)?$", Path(name).name)]
 each_page = pytest.mark.parametrize("name", PAGES)
 
 

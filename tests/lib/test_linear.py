@@ -2,6 +2,7 @@
 normalized, exact under saturation), and the quantities of the prelude's theorems, against direct computations."""
 
 import dataclasses
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -457,6 +458,89 @@ def test_offset_decides_several_points_near_the_margin_exactly(X, expected):
     np.testing.assert_allclose(linear.offset(np.array(X, float), np.ones(len(X))), expected, rtol=0, atol=1e-12)
 
 
+PYRAMID = [[1, 1, 0], [1, -1, 0], [1, 0, 1], [1, 0, -1]]  # w_hat = (1, 0, 0), alpha = 1/4 each under (H)
+HEXAGON = [[1, 1, 0], [1, .5, .75], [1, -.5, .75], [1, -1, 0], [1, -.5, -.75], [1, .5, -.75]]  # alpha = 1/6 each
+
+
+@pytest.mark.parametrize("solver", ["nnls", "clarabel"])
+@pytest.mark.parametrize("X, expected", [
+    (PYRAMID + [[1 + U, .5, .5], [1 + U, -.5, .5], [1 + 2 * U, 0, -.5]], [np.log(4), 0, 0]),
+    (HEXAGON + [[1 + U, 0, .25], [1 + U, .25, 0]], [np.log(6), 0, 0]),
+    ([[1, .5], [1, -.5]] + [[1 + k * U, 0.01 * k] for k in range(1, 21)], [np.log(2), 0]),
+])
+def test_offset_decides_a_degenerate_support_far_from_the_solvers_face(X, expected, solver):
+    """Dependent support vectors (four or six on the margin in R^3) and points one or two floats off the margin,
+    which both solvers mark: the exact SVM's face is several points away from the solver's support, so no face
+    within one point of it certifies the SVM. offset finds it by Lawson and Hanson's NNLS in exact arithmetic on
+    the candidates (both solvers were refused before)."""
+    X = np.array(X, float)
+    solution = linear.svm(X, np.ones(len(X)), solver=solver)
+    assert solution.support.sum() > np.linalg.matrix_rank(X) + 1  # marked: more than a face and one point
+    np.testing.assert_allclose(linear.offset(X, np.ones(len(X)), solution=solution), expected, rtol=0, atol=1e-12)
+
+
+def test_offset_computes_exact_margins_only_near_the_margin():
+    """2000 points far from the margin and 24 within 20 floats of it (3 inside, 1 on it): float64 decides the far
+    ones against its rounding bound (``_undecided``), as rational arithmetic does, and exact margins are computed
+    only for the points float64 cannot tell from 1 (before, every face tried computed all of them exactly); with
+    the 20 outside, offset answers log 2."""
+    rng = np.random.default_rng(0)
+    far = np.c_[1 + rng.uniform(1e-9, 3, 2000), rng.uniform(-1, 1, 2000)]
+    near = np.array([[1 + k * U, 0.01 * k] for k in range(-3, 21)])
+    Z = np.r_[[[1, .5], [1, -.5]], near, far]
+    undecided, below = linear._undecided(Z, [Fraction(1), Fraction(0)])
+    margins = np.array([Fraction(z[0]) for z in Z])  # exact, under w = (1, 0)
+    assert below and (margins < 1).any()  # the points inside the margin
+    assert (undecided[:2]).all() and not undecided[26:].any()  # on the margin: undecided; far: decided
+    assert all(abs(m - 1) <= 21 * Fraction(U) for m in margins[undecided])
+    assert (~undecided | (np.abs(Z[:, 0] - 1) <= 1e-14)).all()
+    X = np.r_[[[1, .5], [1, -.5]], near[4:], far[:200]]  # k = 1, ..., 20 floats outside (svm is slow on 2000)
+    np.testing.assert_allclose(linear.offset(X, np.ones(len(X))), [np.log(2), 0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_undecided_margins_are_on_the_side_float64_shows(seed):
+    """``_undecided``'s rounding bound is valid: every point it decides has an exact margin other than 1, on the side
+    of 1 its float64 margin is on (rows scaled to exact margins near 1, some moved by one float, w rational with
+    62-bit terms and some entries near 2^-1060, rows near 2^-1000 with subnormal entries)."""
+    rng = np.random.default_rng(seed)
+    for trial in range(12):
+        d, kind = int(rng.choice([1, 2, 20, 200])), trial % 4
+        w = [Fraction(int(rng.integers(1, 2**62)) * int(rng.choice([-1, 1])), int(rng.integers(1, 2**62)))
+             * Fraction(2.0 ** int(rng.integers(-30, 30))) * (Fraction(2) ** -1060 if kind == 3 and rng.random() < .5
+                                                              else 1) for _ in range(d)]
+        Z = rng.standard_normal((12, d)) * 2.0 ** rng.integers(-40, 40, (12, d))
+        if kind == 2:
+            Z *= 2.0**-1000
+            Z[rng.random((12, d)) < .3] = 5e-324 * rng.integers(-50, 50)
+        for row in Z:
+            margin = sum((Fraction(a) * b for a, b in zip(row, w)), Fraction(0))
+            if margin:
+                with np.errstate(all="ignore"):
+                    row /= float(margin)
+                if rng.random() < .5:
+                    i = rng.integers(d)
+                    row[i] = np.nextafter(row[i], np.inf * rng.choice([-1, 1]))
+        if not np.isfinite(Z).all():
+            continue
+        undecided, _ = linear._undecided(Z, w)
+        floats = Z @ np.array([float(v) for v in w])
+        for row, undecided_j, float_margin in zip(Z, undecided, floats):
+            exact = sum((Fraction(a) * b for a, b in zip(row, w)), Fraction(0))
+            assert undecided_j or (exact != 1 and (exact < 1) == (float_margin < 1)), (seed, trial, d)
+
+
+def test_exact_rank_of_support_vectors():
+    """The rank in exact arithmetic: 2 for (1, -h), (1, 2 h) at h = 1e-20 (float64's singular values say 1), 2 for a
+    third row twice the first (exactly), 3 when one entry of it moves by one float."""
+    assert linear._exact_rank(np.array([[1, -1e-20], [1, 2e-20]])) == 2
+    rows = np.array([[0.1, 0.7, 0.3], [0.2, 0.9, -0.4], [0.2, 1.4, 0.6]])
+    assert linear._exact_rank(rows) == 2
+    assert linear._exact_rank(np.tile(rows, (11, 1))) is None  # 33 rows: more than EXACT_MAX, not decided
+    rows[2, 1] = np.nextafter(1.4, 2)
+    assert linear._exact_rank(rows) == 3
+
+
 def test_offset_refuses_a_zero_multiplier_that_a_near_face_would_hide():
     """w_hat = (1, 0, 0) exactly with the third point on the margin and multiplier 0, so (H) fails; the face
     {x1, x2, x4} passes the KKT conditions to rounding (x4's exact multiplier is -2^-52) and leaves x3 off its
@@ -553,6 +637,49 @@ def test_offset_accuracy_is_as_documented():
         delta = 1 - X[1, 0]
         error, estimate = error_and_estimate(X, np.array([1 - (1 - delta) * delta, delta]))
         assert error <= estimate
+
+
+def exact_offset_of_two(X, w_hat, c=1.0):
+    """w_tilde and the condition number for two independent support vectors, the rows of X (2, 2) (labels 1), of
+    w_hat, in rational arithmetic on the float64 data: alpha solves X^T alpha = w_hat, w_tilde solves
+    X w = log(c / alpha) (the logs rounded once), cond from the exact Gram matrix."""
+    (a, b), (p, q) = [[Fraction(v) for v in row] for row in X]
+    w1, w2 = (Fraction(v) for v in w_hat)
+    det = a * q - b * p
+    alpha = [(q * w1 - p * w2) / det, (a * w2 - b * w1) / det]
+    r1, r2 = (Fraction(np.log(c / float(v))) for v in alpha)
+    w_tilde = np.array([float((q * r1 - b * r2) / det), float((a * r2 - p * r1) / det)])
+    trace, gram_det = a * a + b * b + p * p + q * q, det * det  # of X X^T; its eigenvalues are sv^2
+    root = float(trace * trace - 4 * gram_det) ** 0.5
+    small = 2 * float(gram_det) / (float(trace) + root)
+    return w_tilde, np.array([float(v) for v in alpha]), ((float(trace) + root) / 2 / small) ** 0.5, small**0.5
+
+
+def test_offset_is_right_or_refuses_as_support_vectors_become_dependent():
+    """x = (1, -h), (1, 2 h), y = (1, 1): independent support vectors for every h > 0 (w_hat = (1, 0),
+    alpha = (2/3, 1/3)), nearly dependent as h -> 0. offset answers within its documented accuracy (checked against
+    the rational answer) down to h = 1e-5 and refuses from h = 5e-8 down, for every smaller h (and in between,
+    once it refuses, for every smaller h too). h <= 1e-16, where float64's singular values cannot tell the rows from
+    dependent, was answered as if they were: (log 2, ~0) for (0.637, log 2 / (3 h))."""
+    eps, refused = np.finfo(float).eps, False
+    for h in sorted([10.0**-k for k in range(1, 31)] + [2.0**-k for k in (20, 40, 52, 53, 60, 100)], reverse=True):
+        X = np.array([[1.0, -h], [1.0, 2 * h]])
+        exact, alpha, cond, small = exact_offset_of_two(X, [1.0, 0.0])
+        np.testing.assert_allclose(alpha, [2 / 3, 1 / 3], rtol=1e-15)
+        try:
+            w_tilde = linear.offset(X, np.ones(2))
+        except ValueError as error:
+            assert "float64 cannot tell" in str(error)
+            if h <= 1e-16:  # the rank is 2 exactly, 1 to float64: the message says so, not that (H) fails
+                assert "cannot compute the multipliers of (H)" in str(error), h
+            refused = True
+            continue
+        assert not refused and h > 5e-8, h  # refused for every smaller h, and from 5e-8 down
+        estimate = 10 * 2 * eps * cond**2 / alpha.min() * np.sum(alpha) / small  # offset's docstring
+        assert np.abs(w_tilde - exact).max() <= estimate, h
+        if h >= 1e-5:
+            assert estimate <= 1e-3 * np.abs(exact).max()
+    assert refused
 
 
 def test_gd_residual_stays_bounded_on_nondegenerate_data():

@@ -156,6 +156,10 @@ def test_prerequisites_rejects_a_chapter_without_prerequisites_or_with_an_unknow
         schematics.prerequisites({"01_a": "(chapter-a)=\n# A\n"})
     with pytest.raises(ValueError, match="refer to 'chapter-z', which no page defines"):
         schematics.prerequisites(dict([_page("01_a", "a", "{ref}`chapter-z`.")]))
+    pages = dict([_page("01_a", "a", "linear algebra."), _page("02_b", "b", "{ref}`chapter-c`.")])
+    pages["02r_c"] = "(chapter-c)=\n# C, a page that is not a chapter\n"
+    with pytest.raises(ValueError, match="refer to 'chapter-c', which is on a page that is not a chapter"):
+        schematics.prerequisites(pages)
 
 
 def test_the_books_graph_has_every_chapter_and_chapter_1_before_all_but_the_prelude():

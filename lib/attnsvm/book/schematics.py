@@ -415,6 +415,9 @@ def prerequisites(sources: Mapping[str, str]) -> nx.DiGraph:
             for label in _REF.findall(sentence):
                 if label not in labels:
                     raise ValueError(f"{stem}: its prerequisites refer to {label!r}, which no page defines")
+                if labels[label] is None:
+                    raise ValueError(f"{stem}: its prerequisites refer to {label!r}, which is on a page that is not "
+                                     "a chapter or a numbered section of one: refer to its chapter")
                 graph.add_edge(labels[label], names[stem], kind=kind)
     return graph
 
