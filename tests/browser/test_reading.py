@@ -110,16 +110,22 @@ PHONE_FIGURES = """async () => {
 }"""
 
 
+PHONE_DENSITY = 1.9  # image pixels per CSS pixel of a figure on a phone: 2 (plots.DPI), less a rounding margin
+
+
 def phone_figure_problems(images: list[dict], page_url: str, root: Path) -> list[str]:
     """The figures (PHONE_FIGURES' records) that a phone shows wider than the column, scrolling sideways, with text
-    below MIN_TEXT_PX, or without a recorded text size."""
+    below MIN_TEXT_PX, without a recorded text size, or with fewer than PHONE_DENSITY image pixels per CSS pixel
+    (blurry on a phone's screen, which has two or three device pixels per CSS pixel)."""
     problems = []
     for image in images:
         label = image["src"][:60]
         if image["natural"] == 0:  # e.g. a phone layout's file missing (test_pages loads only the wide images)
             problems.append(f"{label} (does not load)")
             continue
-        px = smallest_text_px(image_bytes(image["src"], page_url, root), image["shown"])
+        data = image_bytes(image["src"], page_url, root)
+        px = smallest_text_px(data, image["shown"])
+        pixels = PIL.Image.open(io.BytesIO(data)).width  # naturalWidth counts a srcset "2x" image at half
         if image["outside"] > 1 or image["scrolls"]:
             problems.append(f"{label} ({image['shown']:.0f} px wide, {image['outside']:.0f} px past the column"
                             f"{', scrolls sideways' if image['scrolls'] else ''})")
@@ -127,6 +133,9 @@ def phone_figure_problems(images: list[dict], page_url: str, root: Path) -> list
             problems.append(f"{label} (does not record its text size: draw it with the book's style)")
         elif px < MIN_TEXT_PX:
             problems.append(f"{label} (smallest text {px:.1f} px)")
+        if px is not None and pixels < PHONE_DENSITY * image["shown"]:
+            problems.append(f"{label} ({pixels / image['shown']:.1f} image px per CSS px: blurry on a phone's "
+                            "screen)")
     return problems
 
 
@@ -134,21 +143,24 @@ def phone_figure_problems(images: list[dict], page_url: str, root: Path) -> list
 def test_every_figure_and_explorer_fits_a_phone(name, visit_phone, site):
     visited = visit_phone(name)
     problems = phone_figure_problems(visited.page.evaluate(PHONE_FIGURES), visited.page.url, site.root)
-    assert not problems, (f"{name}.html at 400 px: figures wider than the column or with text below {MIN_TEXT_PX} px "
-                          f"(give them a phone layout: attnsvm.book.plots.phone_layout): {problems}")
+    assert not problems, (f"{name}.html at 400 px: figures wider than the column, blurry or with text below "
+                          f"{MIN_TEXT_PX} px (give them a phone layout: attnsvm.book.plots.phone_layout): {problems}")
 
 
 def test_phone_figure_check_catches_a_cropped_or_shrunk_figure(browser, tmp_path):
     """A figure too wide for the column that scrolls (the defect of the book before its phone layouts), the same
-    figure shrunk to the column (text below 9 px), its phone layout in a <picture>, which passes, and a phone
-    layout whose file is missing."""
+    figure shrunk to the column (text below 9 px), its phone layout in a <picture>, which passes, a phone layout
+    whose file is missing, and a phone layout at the display resolution (the explorers' frames before they were
+    saved at 2x: blurry on a phone)."""
     import matplotlib.pyplot as plt
     plots.use_style()
     figure, axes = plt.subplots(1, 2, figsize=(plots.WIDTH, 3))
     data, metadata = plots.output(figure)
+    blurry = plots.png(plots.phone_layout(figure), dpi=100, column_px=plots.PHONE_COLUMN_PX)[0]
     plt.close(figure)
     (tmp_path / "wide.png").write_bytes(data)
     (tmp_path / "phone.png").write_bytes(base64.b64decode(metadata[plots.PHONE_KEY]))
+    (tmp_path / "blurry.png").write_bytes(blurry)
     width = metadata["width"]
     (tmp_path / "page.html").write_text(
         '<div class="bd-article" style="width:350px;padding:0 16px">'
@@ -157,16 +169,20 @@ def test_phone_figure_check_catches_a_cropped_or_shrunk_figure(browser, tmp_path
         f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="phone.png 2x">'
         f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure>'
         f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="missing.png 2x">'
+        f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure>'
+        f'<figure style="margin:0"><picture><source media="{plots.PHONE_MEDIA}" srcset="blurry.png">'
         f'<img src="wide.png" style="width:auto;max-width:100%"></picture></figure></div>')
     page = browser.new_page(viewport={"width": 400, "height": 900})
     page.goto((tmp_path / "page.html").as_uri())
     images = page.evaluate(PHONE_FIGURES)
     url = page.url
     page.close()
-    assert [Path(image["src"]).name for image in images] == ["wide.png", "wide.png", "phone.png", "missing.png"]
+    assert [Path(image["src"]).name for image in images] == ["wide.png", "wide.png", "phone.png", "missing.png",
+                                                              "blurry.png"]
     problems = phone_figure_problems(images, url, Path("/"))  # file URLs: paths from the root
-    assert len(problems) == 3  # the phone layout passes
+    assert len(problems) == 4  # the phone layout passes
     assert problems[2].endswith("(does not load)")  # the missing phone layout
+    assert problems[3].endswith("(1.0 image px per CSS px: blurry on a phone's screen)")
     assert problems[0].endswith(f"({width} px wide, {width - 350} px past the column, scrolls sideways)")  # cropped
     assert problems[1].endswith(f"(smallest text {9 * 100 / 72 * 350 / width:.1f} px)")  # shrunk
 

@@ -3,21 +3,27 @@ its recurring pictures, and its tables.
 
 The size rule. A figure is drawn at most ``WIDTH`` inches wide (the book's text column, ``COLUMN_PX`` CSS pixels
 at 100 pixels per inch) with fonts of at least 9 pt, and saved by ``png()`` at ``DPI`` (sharp on high-density
-screens) with its display width stated, so that the book shows it at 100 pixels per inch. ``png()`` refuses a
-figure whose smallest text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column (a figure wider than
-the column is scaled down), and records the smallest text size in the PNG (``TEXT_KEY``), where the browser tests
-read it. ``use_style()`` installs ``output()`` as IPython's PNG formatter of matplotlib figures.
+screens) with its display width stated, so that the book shows it at 100 pixels per inch. A text's size is the
+size its glyphs are drawn at: mathtext draws sub- and superscripts (and the parts of a fraction) at 0.7 times the
+text's size, so ``png()`` first enlarges each text whose scripts would be drawn too small (a 9-pt tick label
+``10^{-2}`` becomes about 9.5 pt). It then refuses a figure whose smallest drawn text (tables' cells included) would
+be displayed below ``MIN_TEXT_PX`` CSS pixels in the column (a figure wider than the column is scaled down), and
+records that size in the PNG (``TEXT_KEY``), where the browser tests read it. ``use_style()`` installs ``output()``
+as IPython's PNG formatter of matplotlib figures.
 
 Phones. A figure that, scaled down to a phone's column (``PHONE_COLUMN_PX``), would show text below ``MIN_TEXT_PX``
-gets a second PNG, its phone layout (``phone_layout``: ``PHONE_WIDTH`` wide, panels stacked in one column), stored
-in the PNG output's metadata under ``PHONE_KEY``; the HTML book shows it in windows that match ``PHONE_MEDIA``
-(assets/sphinx/phone_figures.py). A figure that cannot be laid out so raises ValueError, never shows cropped.
+gets a second PNG, its phone layout (``phone_layout``: ``PHONE_WIDTH`` wide, panels stacked in one column, legends
+clear of the data), stored in the PNG output's metadata under ``PHONE_KEY``; the HTML book shows it in windows that
+match ``PHONE_MEDIA`` (assets/sphinx/phone_figures.py). A figure that cannot be laid out so raises ValueError, never
+shows cropped or misplaced.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import math
 import pickle
 import warnings
 import zlib
@@ -30,10 +36,17 @@ import PIL.Image
 from IPython.display import Markdown
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
-from matplotlib.text import Text
-from matplotlib.ticker import FixedLocator
-from matplotlib.transforms import IdentityTransform
+from matplotlib.font_manager import FontProperties
+from matplotlib.legend import Legend
+from matplotlib.mathtext import MathTextParser
+from matplotlib.patches import ConnectionPatch
+from matplotlib.path import Path
+from matplotlib.table import Table
+from matplotlib.text import Annotation, Text
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullFormatter, ScalarFormatter
+from matplotlib.transforms import Bbox, IdentityTransform, ScaledTranslation, Transform, blended_transform_factory
 from numpy.typing import ArrayLike
 
 __all__ = ["aligned_phone_layouts", "band", "displayed_text_px", "fits_phone", "line", "output", "path", "phone_layout",
@@ -51,10 +64,10 @@ COLUMN_PX = 672  # CSS pixels: the text column of the HTML book at a 1280 px win
 CSS_PX_PER_INCH = 100  # how large the book shows a figure (its PNG carries this display width)
 MIN_TEXT_PX = 9  # the smallest text, in CSS pixels as displayed, that the book allows in a figure
 DPI = 200  # pixels per inch of the saved PNG (2 image pixels per CSS pixel)
-TEXT_KEY = "attnsvm-min-text-pt"  # PNG text chunk: the smallest font size of the figure, in points
+TEXT_KEY = "attnsvm-min-text-pt"  # PNG text chunk: the smallest drawn text size of the figure, in points
 DPI_KEY = "attnsvm-dpi"  # PNG text chunk: the DPI it was saved with
 PHONE_WIDTH = 3.4  # inches: the width of a figure's phone layout (about 3.5 in saved, with its tight margin)
-PHONE_COLUMN_PX = 330  # CSS pixels: a figure's room in the HTML book at a 400 px window (338 px measured, less a margin)
+PHONE_COLUMN_PX = 330  # CSS pixels: a figure's room in the HTML book at a 400 px window (338 px measured, less margin)
 PHONE_MEDIA = "(max-width: 720px)"  # the windows in which the HTML book shows phone layouts (as book.css)
 PHONE_KEY = "attnsvm-phone"  # metadata of a figure's PNG output: its phone layout, a base64 PNG
 
@@ -92,8 +105,9 @@ def use_style() -> None:
 
 
 def smallest_text(fig: Figure) -> float:
-    """The smallest font size of the visible non-empty texts of a figure (tick labels, labels, titles, legends,
-    annotations).
+    """The smallest size at which a figure draws the glyphs of its visible non-empty texts (tick labels, labels,
+    titles, legends, annotations, the cells of its tables): a text's font size, or for mathtext the size of its
+    smallest glyph (sub- and superscripts and the parts of a fraction are drawn at 0.7 times the text's size).
 
     Parameters
     ----------
@@ -114,15 +128,124 @@ def smallest_text(fig: Figure) -> float:
     >>> fig, ax = plt.subplots()
     >>> plots.smallest_text(fig)  # the tick labels
     9.0
+    >>> _ = ax.set_xlabel("step $k_1$")  # 10 pt, its subscript drawn at 7 pt
+    >>> round(plots.smallest_text(fig), 6)
+    7.0
     >>> plt.close(fig)
     """
-    fig.canvas.draw()  # ticks and their labels exist only once drawn
-    return _smallest_drawn_text(fig)
+    fig.canvas.draw()  # ticks and their labels exist only once drawn, a table's text is sized when drawn
+    return _smallest_drawn_text(fig)[0]
 
 
-def _smallest_drawn_text(fig: Figure) -> float:
-    sizes = [text.get_fontsize() for text in fig.findobj(Text) if text.get_visible() and text.get_text().strip()]
-    return min(sizes, default=float("inf"))
+_MATHTEXT = MathTextParser("path")  # lays mathtext out (cached) without drawing it
+# Glyphs that mathtext sizes to what they enclose (a radical's sign, \left( ... \right)): shapes, not text to read.
+_SIZED_GLYPHS = frozenset(map(ord, "√∛∜()[]{}|‖⟨⟩⌈⌉⌊⌋/\\"))
+
+
+def _drawn_points(text: Text) -> float:
+    """The smallest size, in points, at which ``text`` draws a glyph: its font size, or that of its smallest
+    mathtext glyph (a script, the numerator of a fraction; not a radical's sign or a delimiter, which mathtext
+    sizes to what they enclose)."""
+    size = text.get_fontsize()
+    if text.get_usetex() or "$" not in text.get_text():  # TeX lays out its own scripts: counted at the text's size
+        return size
+    prop = text.get_fontproperties()
+    font = (tuple(prop.get_family()), prop.get_style(), prop.get_weight(), prop.get_stretch(),
+            prop.get_math_fontfamily())
+    return size * min([1.0] + [_smallest_glyph(*text._preprocess_math(line), font)
+                               for line in text.get_text().split("\n")])
+
+
+@functools.lru_cache(maxsize=4096)
+def _smallest_glyph(source: str, math: bool | str, font: tuple) -> float:
+    """The size of the smallest glyph of a line of mathtext, as a fraction of its font size (glyph sizes scale
+    with it); 1 for a line without math."""
+    if math is not True:
+        return 1.0
+    family, style, weight, stretch, math_family = font
+    prop = FontProperties(family=list(family), style=style, weight=weight, stretch=stretch, size=10,
+                          math_fontfamily=math_family)
+    try:
+        glyphs = _MATHTEXT.parse(source, 72, prop).glyphs
+    except ValueError:  # not valid mathtext: matplotlib will say so when it draws it
+        return 1.0
+    return min([10.0] + [glyph[1] for glyph in glyphs if glyph[2] not in _SIZED_GLYPHS]) / 10
+
+
+def _drawn_texts(fig: Figure) -> list[Text]:
+    """The visible non-empty texts of a figure, the cells of its tables included (which ``findobj`` misses)."""
+    texts = [text for text in fig.findobj(Text) if text.get_visible() and text.get_text().strip()]
+    for table in _tables(fig):
+        texts += [cell.get_text() for cell in table.get_celld().values()
+                  if cell.get_visible() and cell.get_text().get_visible() and cell.get_text().get_text().strip()]
+    return texts
+
+
+def _tables(fig: Figure) -> list[Table]:
+    return [table for ax in fig.axes for table in ax.tables]
+
+
+def _smallest_drawn_text(fig: Figure) -> tuple[float, Text | None]:
+    """The smallest drawn text size of a figure as it was last drawn, in points, and that text."""
+    sized = [(_drawn_points(text), k, text) for k, text in enumerate(_drawn_texts(fig))]
+    if not sized:
+        return float("inf"), None
+    points, _, text = min(sized, key=lambda item: item[:2])
+    return points, text
+
+
+def _needed_points(column_px: float, width_in: float) -> float:
+    """The smallest drawn text size, in points, that a figure ``width_in`` inches wide (as saved) shows at
+    ``MIN_TEXT_PX`` CSS px in a ``column_px`` column."""
+    return MIN_TEXT_PX * 72 / CSS_PX_PER_INCH / min(1.0, column_px / (width_in * CSS_PX_PER_INCH))
+
+
+def _enlarge_scripts(fig: Figure, points: float) -> None:
+    """Each text whose own size is at least ``points`` but whose scripts would be drawn smaller, at the size that
+    draws them at ``points`` (rounded up to 0.1 pt; tick labels through their axis, so that new ticks keep it).
+    A text smaller than ``points`` itself, or a table's, stays as it is: ``png`` refuses it."""
+    def size(text):  # the font size that draws text's smallest glyph at points, or None
+        own, drawn = text.get_fontsize(), _drawn_points(text)
+        if drawn >= points - 1e-9 or own < points - 1e-9:
+            return None
+        return math.ceil(own * points / drawn * 10 - 1e-6) / 10
+
+    ticks = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for which in ("major", "minor"):
+                if not _may_draw_mathtext(axis, which):  # its labels drawn at their size (formatting them costs)
+                    continue
+                labels = axis.get_majorticklabels() if which == "major" else axis.get_minorticklabels()
+                ticks.update(labels)
+                sizes = [size(label) for label in labels if label.get_visible() and label.get_text().strip()]
+                sizes = [s for s in sizes if s is not None]
+                if sizes:
+                    axis.set_tick_params(which=which, labelsize=max(sizes))
+    ticks.update(label for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                 for tick in (*axis.majorTicks, *axis.minorTicks) for label in (tick.label1, tick.label2))
+    cells = {cell.get_text() for table in _tables(fig) for cell in table.get_celld().values()}
+    legends = {}  # a legend's entries keep one size: the largest any of them needs
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]:
+        sizes = [s for s in map(size, legend.get_texts()) if s is not None]
+        if sizes:
+            legends.update({text: max(sizes) for text in legend.get_texts()
+                            if text.get_fontsize() < max(sizes) and text.get_fontsize() >= points - 1e-9})
+    for text in _drawn_texts(fig):
+        if text in legends:
+            text.set_fontsize(legends[text])
+        elif text not in ticks and text not in cells and (new := size(text)) is not None:
+            text.set_fontsize(new)
+
+
+def _may_draw_mathtext(axis, which: str) -> bool:
+    """Whether an axis' major or minor tick labels may be mathtext (log axes' 10^k, labels given as $...$)."""
+    formatter = axis.get_major_formatter() if which == "major" else axis.get_minor_formatter()
+    if isinstance(formatter, NullFormatter) or (type(formatter) is ScalarFormatter and not formatter._useMathText):
+        return False
+    if isinstance(formatter, FixedFormatter):
+        return any("$" in str(label) for label in formatter.seq)
+    return True
 
 
 def _with_text(data: bytes, key: str, value: str) -> bytes:
@@ -134,6 +257,10 @@ def _with_text(data: bytes, key: str, value: str) -> bytes:
 
 def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: bool = True) -> tuple[bytes, dict]:
     """A figure as PNG bytes and the display metadata that shows it at ``CSS_PX_PER_INCH``.
+
+    Before saving, each text whose scripts (mathtext's sub- and superscripts, fractions) would be displayed below
+    ``MIN_TEXT_PX`` in the column, though the text itself would not, is enlarged until they are not (the figure is
+    changed: a 9-pt tick label ``10^{-2}`` becomes about 9.5 pt).
 
     Parameters
     ----------
@@ -154,7 +281,7 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
     Raises
     ------
     ValueError
-        If its smallest text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column.
+        If its smallest drawn text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column.
 
     Examples
     --------
@@ -166,21 +293,36 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
     >>> data, metadata = plots.png(fig)
     >>> data[1:4], sorted(metadata)
     (b'PNG', ['width'])
+    >>> ax.set_yscale("log")  # tick labels 10^k: their 9-pt exponents would be drawn at 6.3 pt, 8.75 px
+    >>> data, metadata = plots.png(fig)
+    >>> ax.yaxis.get_majorticklabels()[0].get_fontsize()  # enlarged: exponents at 6.51 pt, 9.04 px
+    9.3
     >>> plt.close(fig)
     """
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None, metadata={DPI_KEY: str(dpi)})
-    points = _smallest_drawn_text(fig)  # the texts as saved (drawing the figure once more for them costs time)
-    data = _with_text(buffer.getvalue(), TEXT_KEY, f"{points:g}")
-    width = _png_width(data)
-    shown = displayed_text_px(points, width, dpi, column_px)
+    pad = 2 * mpl.rcParams["savefig.pad_inches"] if tight else 0  # the width as saved, about (a constrained figure
+    width_in = fig.get_figwidth() + pad  # fills it): where what sticks out makes it wider, another try
+    for attempt in range(3):
+        _enlarge_scripts(fig, _needed_points(column_px, width_in))
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None,
+                    metadata={DPI_KEY: str(dpi)})
+        points, text = _smallest_drawn_text(fig)  # the texts as saved (drawing the figure once more costs time)
+        data = _with_text(buffer.getvalue(), TEXT_KEY, f"{points:.4g}")
+        width = _png_width(data)
+        shown = displayed_text_px(points, width, dpi, column_px)
+        if shown >= MIN_TEXT_PX or attempt == 2 or points >= text.get_fontsize():
+            break
+        width_in = width / dpi  # its scripts too small for the width it was saved at: enlarged for that width
     if shown < MIN_TEXT_PX:
         inches = fig.get_size_inches()
         limit = WIDTH if column_px == COLUMN_PX else PHONE_WIDTH
-        raise ValueError(f"this figure's smallest text ({points:g} pt) would be displayed at {shown:.1f} CSS px in "
-                         f"a {column_px:g}-px column, below the {MIN_TEXT_PX} px the book allows: draw it at most "
-                         f"{limit} in wide (it is {inches[0]:g} in, {width / dpi:.2f} in with what sticks out; stack "
-                         "panels in rows, keep legends inside the axes or under them) with fonts of at least 9 pt")
+        scripts = " (its scripts)" if points < text.get_fontsize() else ""
+        raise ValueError(f"this figure's smallest text, {text.get_text()!r}{scripts} at {points:.3g} pt, would be "
+                         f"displayed at {shown:.1f} CSS px in a {column_px:g}-px column, below the {MIN_TEXT_PX} px "
+                         f"the book allows: draw it at most {limit} in wide (it is {inches[0]:g} in, "
+                         f"{width / dpi:.2f} in with what sticks out; stack panels in rows, keep legends inside the "
+                         "axes or under them) with fonts of at least 9 pt (a table's: table.auto_set_font_size(False),"
+                         " table.set_fontsize(9))")
     return data, {"width": round(width * CSS_PX_PER_INCH / dpi)}
 
 
@@ -299,10 +441,15 @@ def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
     """A copy of a figure laid out for a phone: ``PHONE_WIDTH`` wide, its panels stacked in one column in reading
     order.
 
-    The panels (the axes of its grids, a twin with its axes) are each as tall as their row was; tick labels and
-    axis labels that a shared axis had left to a neighbour are shown on every panel; figure legends go under the
-    panels and axes legends take as many columns as fit their axes; of x ticks fixed by hand, as many labels as
-    fit. The layout is the constrained layout.
+    The panels (the axes of its grids, a twin with its axes, a colorbar attached to its axes) are each as tall as
+    their row was; tick labels and axis labels that a shared axis had left to a neighbour are shown on every panel,
+    and axis labels placed by hand (``set_label_coords``) are placed as matplotlib places them, aligned across the
+    panels; a panel of fixed aspect (``ax.set_aspect``) gets the height that its box needs at the phone's width;
+    texts whose scripts would be too small on a phone are enlarged (as ``png`` does); figure legends, and
+    axes legends placed in figure coordinates, go under the panels; axes legends take as many columns as fit their
+    axes, and one that covers drawn data (lines, markers, scatter points, bars, bands, texts) moves to a corner of
+    its axes where it covers none, or else under its panel; of x ticks fixed by hand, as many labels as fit. The
+    layout is the constrained layout.
 
     Parameters
     ----------
@@ -320,8 +467,10 @@ def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
     Raises
     ------
     ValueError
-        For a figure it cannot lay out: axes placed by hand (``fig.add_axes``) or texts placed on the figure
-        (``fig.text``), which the new layout would misplace; or a figure that cannot be copied.
+        For a figure it cannot lay out, naming what it would misplace and the fix: axes placed by hand
+        (``fig.add_axes``), a colorbar in a cell of its own, subfigures, texts or artists placed on the figure
+        (``fig.text``, ``fig.add_artist``) or in figure coordinates inside an axes; or a figure that cannot be
+        copied.
 
     Examples
     --------
@@ -335,6 +484,18 @@ def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
     ([3.4, 8.0], [0, 1, 2, 3])
     >>> plt.close(fig)
     """
+    return _phone_layout(fig, in_place=in_place)[0]
+
+
+def _phone_layout(fig: Figure, *, in_place: bool, legends: bool = True,
+                  like: Figure | None = None) -> tuple[Figure, bool]:
+    """``phone_layout``, and whether its layout has run since its last change (a layout run costs); legends=False
+    leaves the legends that cover data where they are (``aligned_phone_layouts`` places them for all its figures
+    at once); ``like``: the phone layout of a figure with the same panels, whose rows' heights this one takes (an
+    explorer's frames: fitted once)."""
+    problems = _misplaced(fig)
+    if problems:
+        raise ValueError("this figure's phone layout would misplace " + "; ".join(problems))
     try:
         phone = fig if in_place else pickle.loads(pickle.dumps(fig))
     except Exception as error:
@@ -342,17 +503,11 @@ def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
                          "artists (e.g. a named function, not a lambda, in a FuncFormatter)") from error
     plt.close(phone)  # a copy of a pyplot figure is registered with pyplot: it must not be shown
     FigureCanvasAgg(phone)  # drawn off screen, whatever the backend
-    loose = [ax for ax in phone.axes if ax.get_subplotspec() is None]
-    labels = {phone._suptitle, phone._supxlabel, phone._supylabel}
-    if loose or any(text not in labels for text in phone.texts):
-        raise ValueError("this figure has axes placed by hand (fig.add_axes) or texts placed on the figure "
-                         "(fig.text), which its phone layout would misplace: put every panel on a grid "
-                         "(plt.subplots, fig.add_subplot) and every text in an axes (ax.text) or a figure label "
-                         "(fig.supxlabel, fig.supylabel)")
     panels = {}
-    for ax in phone.axes:  # a twin shares its axes' cell: one panel
+    for ax in phone.axes:  # a twin shares its axes' cell: one panel; a colorbar follows its axes (constrained)
         spec = ax.get_subplotspec()
-        panels.setdefault((id(spec.get_gridspec()), spec.rowspan, spec.colspan), []).append(ax)
+        if spec is not None:
+            panels.setdefault((id(spec.get_gridspec()), spec.rowspan, spec.colspan), []).append(ax)
     height = phone.get_figheight()
     order = sorted(panels.values(), key=lambda axes: _reading_order(axes[0].get_subplotspec(), phone))
     heights = [height * _height_fraction(axes[0].get_subplotspec()) for axes in order]
@@ -364,18 +519,65 @@ def phone_layout(fig: Figure, *, in_place: bool = False) -> Figure:
             panel[ax] = k
     for ax in (axes[0] for axes in order):
         _show_shared_labels(ax, panel)
+    _axis_labels_placed_automatically(phone, list(panel))
+    _figure_legends_for_legends_in_figure_coordinates(phone)
     phone.set_size_inches(PHONE_WIDTH, sum(heights))
     phone.set_layout_engine("constrained")
+    pad = mpl.rcParams["savefig.pad_inches"]
+    _enlarge_scripts(phone, _needed_points(PHONE_COLUMN_PX, PHONE_WIDTH + 2 * pad))  # before the legends' sizes
     _legends_below(phone)
     _legends_within_their_axes(phone)
-    _thin_fixed_tick_labels(phone)
-    return phone
+    for ax in phone.axes:  # a phone has no room beside a panel: before the rows' heights, which take its width
+        if ax.get_legend() is not None and _beside(ax.get_legend()):
+            height = _legend_under(ax, ax.get_legend())
+            phone.set_size_inches(phone.get_figwidth(), phone.get_figheight() + height)
+    if like is None:  # the rows' heights first: the tick labels' widths do not depend on them
+        _rows_fitting_fixed_aspects(phone, grid, order, False)
+    else:
+        grid.set_height_ratios(like.axes[0].get_subplotspec().get_gridspec().get_height_ratios())
+        phone.set_size_inches(*like.get_size_inches())
+    laid_out = _thin_fixed_tick_labels(phone)  # whether the last layout run still holds: each costs
+    if legends:
+        laid_out = _legends_clear_of_data([phone], laid_out)
+    return phone, laid_out
+
+
+def _rows_fitting_fixed_aspects(fig: Figure, grid, rows: list[list[Axes]], laid_out: bool) -> bool:
+    """Each row of ``grid`` whose panel has a fixed aspect (``ax.set_aspect``, drawn in a box of that shape inside
+    its cell), as tall as the box that fills the column's width needs (at most as tall as wide, or as it was): a
+    phone's narrow cell would otherwise leave a blank band above and below the box, or a box narrower than the
+    column. ``laid_out``: whether the figure's layout has run since its last change; returns the same after."""
+    if not any(ax.get_aspect() != "auto" and ax.get_adjustable() == "box" for axes in rows for ax in axes):
+        return laid_out
+    for round_ in range(6):  # the layout gives each row its ratio of what the margins leave: a few rounds converge
+        if round_ or not laid_out:
+            _execute_layout(fig)
+        width, height = fig.get_size_inches()
+        cells, changes = [], []
+        for axes in rows:
+            cells.append(axes[0].get_position(original=True).height * height)  # inches, as laid out
+            needs = []
+            for ax in axes:
+                if ax.get_aspect() == "auto" or ax.get_adjustable() != "box":
+                    continue
+                cell, drawn = ax.get_position(original=True), ax.get_position(original=False)
+                across, up = cell.width * width, cell.height * height
+                filling = across * (drawn.height * height) / (drawn.width * width)  # the box as wide as the cell
+                needs.append(min(filling, max(up, across)) - up)
+            changes.append(max(needs, default=0.0))
+        if all(abs(change) < 0.05 for change in changes):
+            return True
+        changes = [0.65 * change for change in changes]  # a row's ratio counts its margins too: damped, it
+        grid.set_height_ratios([cell + change for cell, change in zip(cells, changes)])  # converges in a few
+        fig.set_size_inches(width, height + sum(changes))
+    return False
 
 
 def aligned_phone_layouts(figures: Sequence[Figure]) -> list[Figure]:
     """The phone layouts (``phone_layout``, in place) of figures with the same axes, e.g. an explorer's frames, with
     each panel at one place in all of them, so that a frame does not jump: each figure's constrained layout leaves
-    room for its own labels, and every panel takes the box inside all of its boxes, with room for all of them.
+    room for its own labels, and every panel takes the box inside all of its boxes, with room for all of them. An
+    axes legend that covers data in one of them goes to the same place in all, where it covers data in none.
 
     Parameters
     ----------
@@ -410,18 +612,118 @@ def aligned_phone_layouts(figures: Sequence[Figure]) -> list[Figure]:
     if len(shapes) > 1:
         raise ValueError(f"figures must have the same size and axes (found {sorted(shapes)}): draw every frame "
                          "with one figsize and the same panels")
-    phones = [phone_layout(figure, in_place=True) for figure in figures]
-    boxes = []
+    first, laid_out = _phone_layout(figures[0], in_place=True, legends=False)  # the rows fitted once, for all
+    laid = [(first, laid_out)] + [_phone_layout(figure, in_place=True, legends=False, like=first)
+                                  for figure in figures[1:]]
+    phones = [phone for phone, _ in laid]
+    sizes = {tuple(phone.get_size_inches()) for phone in phones}  # figure legends below: as tall as the tallest
+    tallest = max(sizes, key=lambda size: size[1])
     for phone in phones:
-        phone.draw_without_rendering()  # runs the constrained layout
-        boxes.append([ax.get_position().extents for ax in phone.axes])
+        phone.set_size_inches(*tallest)
+    laid_out = len(sizes) == 1 and all(done for _, done in laid)
+    if not _legends_clear_of_data(phones, laid_out):
+        for phone in phones:
+            _execute_layout(phone)
+    boxes = [[ax.get_position().extents for ax in phone.axes] for phone in phones]  # as drawn (aspects applied)
     extents = np.asarray(boxes)  # (figures, axes, [x0, y0, x1, y1])
     inner = np.concatenate([extents[..., :2].max(0), extents[..., 2:].min(0)], axis=-1)
     for phone in phones:
         phone.set_layout_engine("none")
         for ax, (x0, y0, x1, y1) in zip(phone.axes, inner):
             ax.set_position([x0, y0, x1 - x0, y1 - y0])
+    _cropped_alike(phones)
     return phones
+
+
+def _cropped_alike(figures: list[Figure], pad: float = 0.05) -> None:
+    """Figures laid out alike (their layout engine off) cropped alike to all that any of them draws, with ``pad``
+    inches around: saved uncropped, they show no text cut off at an edge and no margin that all leave blank (a
+    panel of fixed aspect leaves some), and their panels stay at one place."""
+    boxes = [fig.get_tightbbox(fig.canvas.get_renderer()) for fig in figures]  # inches, as they will be drawn
+    x0, y0 = min(box.x0 for box in boxes) - pad, min(box.y0 for box in boxes) - pad
+    width, height = max(box.x1 for box in boxes) + pad - x0, max(box.y1 for box in boxes) + pad - y0
+    for fig in figures:
+        old_width, old_height = fig.get_size_inches()
+        renderer = fig.canvas.get_renderer()
+        for legend in fig.legends:  # its lower left corner where it was, in inches from the new corner
+            box = legend.get_window_extent(renderer)
+            legend.set_loc("lower left")
+            legend.borderaxespad = 0
+            legend.set_bbox_to_anchor((box.x0 / fig.dpi - x0, box.y0 / fig.dpi - y0), transform=fig.dpi_scale_trans)
+        for text in (fig._suptitle, fig._supxlabel, fig._supylabel):
+            if text is not None:
+                x, y = text.get_position()  # figure fractions
+                text.set_position(((x * old_width - x0) / width, (y * old_height - y0) / height))
+        for ax in fig.axes:
+            left, bottom, across, up = ax.get_position(original=True).bounds
+            ax.set_position([(left * old_width - x0) / width, (bottom * old_height - y0) / height,
+                             across * old_width / width, up * old_height / height])
+        fig.set_size_inches(width, height)
+
+
+def _misplaced(fig: Figure) -> list[str]:
+    """What a phone layout of ``fig`` would misplace, each with its fix."""
+    problems = []
+    if fig.subfigs:
+        problems.append("subfigures (fig.subfigures), whose panels it cannot stack: draw every panel on one grid "
+                        "(plt.subplots, or fig.add_gridspec with gs[k].subgridspec for a group of panels)")
+    labels = {fig._suptitle, fig._supxlabel, fig._supylabel}
+    for text in fig.texts:
+        if text not in labels:
+            problems.append(f"the text {text.get_text()!r} placed on the figure (fig.text): put it in an axes "
+                            "(ax.text, in data or axes coordinates) or a figure label (fig.suptitle, fig.supxlabel, "
+                            "fig.supylabel)")
+    for artist in [*fig.lines, *fig.patches, *fig.artists, *fig.images]:
+        problems.append(f"{_named(artist)} added to the figure (fig.add_artist, figure coordinates): add it to an "
+                        "axes instead (ax.add_artist, ax.annotate), in data or axes coordinates")
+    for ax in fig.axes:
+        spec = ax.get_subplotspec()
+        if hasattr(ax, "_colorbar") and spec is not None:
+            problems.append("a colorbar in a cell of its own (fig.colorbar with cax= a grid cell, or fig.colorbar "
+                            "without the constrained layout), which would be stacked as a panel: draw the figure "
+                            "with layout='constrained' and attach the colorbar to its axes, fig.colorbar(mappable, "
+                            "ax=ax)")
+        elif spec is None and hasattr(ax, "_colorbar") and not hasattr(ax, "_colorbar_info"):
+            problems.append("a colorbar in axes placed by hand (fig.add_axes): attach it to its axes, "
+                            "fig.colorbar(mappable, ax=ax), in a figure with layout='constrained'")
+        elif spec is None and not hasattr(ax, "_colorbar"):
+            problems.append("axes placed by hand (fig.add_axes): put every panel on a grid (plt.subplots, "
+                            "fig.add_subplot)")
+        for artist in [*ax.texts, *ax.lines, *ax.patches, *ax.collections, *ax.images, *ax.artists]:
+            if _in_figure_coordinates(artist, fig):
+                problems.append(f"{_named(artist)} in figure coordinates, which would not follow its panel: place it "
+                                "in data or axes coordinates (transform=ax.transAxes, xycoords='axes fraction')")
+    return list(dict.fromkeys(problems))
+
+
+def _named(artist) -> str:
+    if isinstance(artist, Text):
+        return f"the {type(artist).__name__.lower()} {artist.get_text()!r}"
+    label = artist.get_label()
+    return f"a {type(artist).__name__}" + (f" {label!r}" if label and not label.startswith("_") else "")
+
+
+_FIGURE_COORDINATES = ("figure ", "subfigure ")  # the prefixes of annotate's names of figure coordinates
+
+
+def _in_figure_coordinates(artist, fig: Figure) -> bool:
+    """Whether ``artist`` (in an axes) is placed in the figure's coordinates: its transform, or for an annotation
+    or a connection its coordinates, is the figure's (fraction, pixels or points)."""
+    def figure_coordinates(coords) -> bool:
+        if isinstance(coords, str):
+            return coords.startswith(_FIGURE_COORDINATES)
+        if isinstance(coords, tuple):
+            return any(figure_coordinates(part) for part in coords)
+        if isinstance(coords, Transform):
+            return any(coords == place or coords.contains_branch(place)
+                       for place in (fig.transFigure, fig.transSubfigure, fig.dpi_scale_trans))
+        return False
+
+    if isinstance(artist, Annotation):
+        return figure_coordinates(artist.xycoords) or figure_coordinates(artist.anncoords)
+    if isinstance(artist, ConnectionPatch):
+        return figure_coordinates(artist.coords1) or figure_coordinates(artist.coords2)
+    return figure_coordinates(artist.get_transform())
 
 
 def _reading_order(spec, fig: Figure) -> tuple[float, float]:
@@ -454,10 +756,68 @@ def _show_shared_labels(ax: Axes, panel: dict) -> None:
                                 color=named[0].label.get_color())
 
 
+def _axis_labels_placed_automatically(fig: Figure, panels: list[Axes]) -> None:
+    """Each axis label placed by hand (``axis.set_label_coords``, for the wide layout's panels) placed as matplotlib
+    places it, next to its tick labels, and the panels' labels aligned (the usual reason to place one by hand)."""
+    placed = {"x": [], "y": []}
+    for ax in panels:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis._autolabelpos:
+                continue
+            axis._autolabelpos = True
+            x, y = axis.label.get_position()
+            if axis.axis_name == "x":
+                axis.label.set(transform=blended_transform_factory(ax.transAxes, IdentityTransform()), x=0.5)
+            else:
+                axis.label.set(transform=blended_transform_factory(IdentityTransform(), ax.transAxes), y=0.5)
+            placed[axis.axis_name].append(ax)
+    if placed["y"]:
+        fig.align_ylabels(panels)
+    if placed["x"]:
+        fig.align_xlabels(panels)
+
+
 def _legend_options(legend) -> dict:
     texts = legend.get_texts()
-    return dict(title=legend.get_title().get_text() or None, title_fontsize=legend.get_title().get_fontsize(),
-                fontsize=texts[0].get_fontsize() if texts else None)
+    options = dict(title=legend.get_title().get_text() or None, title_fontsize=legend.get_title().get_fontsize(),
+                   fontsize=texts[0].get_fontsize() if texts else None, frameon=legend.get_frame_on())
+    for name in ("borderpad", "labelspacing", "handlelength", "handleheight", "handletextpad", "borderaxespad",
+                 "columnspacing", "markerscale", "numpoints", "scatterpoints"):
+        options[name] = getattr(legend, name)
+    return options
+
+
+def _redrawn_legend(parent, legend, **changes) -> Legend:
+    """``legend`` (of the axes or figure ``parent``) drawn anew with ``changes`` to its options; its texts keep
+    their sizes."""
+    texts = legend.get_texts()
+    new = parent.legend(legend.legend_handles, [text.get_text() for text in texts],
+                        **dict(_legend_options(legend), **changes))
+    for old, text in zip(texts, new.get_texts()):
+        text.set_fontsize(old.get_fontsize())
+    return new
+
+
+def _figure_legends_for_legends_in_figure_coordinates(fig: Figure) -> None:
+    """Each axes legend placed in figure coordinates (``bbox_transform=fig.transFigure``), which would not follow
+    its panel, made a figure legend (which ``_legends_below`` puts under the panels)."""
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        anchor = None if legend is None else legend._bbox_to_anchor
+        transform = getattr(anchor, "_transform", None)
+        if transform is not None and any(transform == place or transform.contains_branch(place)
+                                         for place in (fig.transFigure, fig.transSubfigure)):
+            legend.remove()
+            _redrawn_legend(fig, legend, loc="lower center")
+
+
+def _execute_layout(fig: Figure) -> None:
+    """The places that drawing ``fig`` gives its axes: its layout, then each axes' aspect (``ax.set_aspect``)."""
+    with warnings.catch_warnings():  # if the legends are too wide for the layout, the axes keep their grid's
+        warnings.filterwarnings("ignore", "constrained_layout not applied")  # places, as good a measure
+        fig.get_layout_engine().execute(fig)
+    for ax in fig.axes:
+        ax.apply_aspect()
 
 
 def _legends_within_their_axes(fig: Figure) -> None:
@@ -465,36 +825,36 @@ def _legends_within_their_axes(fig: Figure) -> None:
     several = [ax for ax in fig.axes if ax.get_legend() is not None and ax.get_legend()._ncols > 1]
     if not several:
         return
-    with warnings.catch_warnings():  # if the legends are too wide for the layout, the axes keep their grid's
-        warnings.filterwarnings("ignore", "constrained_layout not applied")  # places, as good a measure
-        fig.get_layout_engine().execute(fig)  # the axes' widths in this layout
+    _execute_layout(fig)  # the axes' widths in this layout
     renderer = fig.canvas.get_renderer()
     for ax in several:
         legend = ax.get_legend()
         if legend.get_window_extent(renderer).width <= ax.bbox.width:
             continue
-        handles, labels = legend.legend_handles, [text.get_text() for text in legend.get_texts()]
-        options = dict(_legend_options(legend), loc=legend._loc)
+        options = dict(loc=legend._loc)
         if legend._bbox_to_anchor is not None:  # a place given in display units: kept as they are
             options.update(bbox_to_anchor=legend._bbox_to_anchor, bbox_transform=IdentityTransform())
         for ncols in range(legend._ncols - 1, 0, -1):
-            narrower = ax.legend(handles, labels, ncols=ncols, **options)
+            narrower = _redrawn_legend(ax, legend, ncols=ncols, **options)
             if narrower.get_window_extent(renderer).width <= ax.bbox.width:
                 break
 
 
-def _thin_fixed_tick_labels(fig: Figure) -> None:
-    """On each x axis with ticks fixed by hand (``ax.set_xticks``) whose labels would overlap in the narrower
-    panel, every second (third, ...) label only; the ticks stay."""
-    fixed = [ax.xaxis for ax in fig.axes if isinstance(ax.xaxis.get_major_locator(), FixedLocator)
-             and ax.xaxis.get_visible() and len(ax.xaxis.get_major_locator().locs) > 2]
-    if not fixed:
-        return
-    fig.canvas.draw()  # the labels' places in this layout
+def _thin_fixed_tick_labels(fig: Figure) -> bool:
+    """On each x axis whose tick labels would overlap in the narrower panel: with ticks fixed by hand
+    (``ax.set_xticks``), every second (third, ...) label only, the ticks staying; with ticks matplotlib places
+    (``MaxNLocator``, the default), fewer ticks. Returns whether the layout it ran still holds (nothing changed)."""
+    axes = [ax.xaxis for ax in fig.axes if ax.xaxis.get_visible()]
+    fixed = [axis for axis in axes if isinstance(axis.get_major_locator(), FixedLocator)
+             and len(axis.get_major_locator().locs) > 2]
+    placed = [axis for axis in axes if isinstance(axis.get_major_locator(), MaxNLocator)]
+    if not fixed and not placed:
+        return False
+    _execute_layout(fig)  # the labels' places in this layout
     renderer = fig.canvas.get_renderer()
+    changed = False
     for axis in fixed:
-        boxes = sorted((label.get_window_extent(renderer) for label in axis.get_majorticklabels()
-                        if label.get_visible() and label.get_text()), key=lambda box: box.x0)
+        boxes = _tick_label_boxes(axis, renderer)
         step = 1
         while any(right.x0 < left.x1 + 2 for left, right in zip(boxes[::step], boxes[step::step])):
             step += 1
@@ -502,22 +862,180 @@ def _thin_fixed_tick_labels(fig: Figure) -> None:
             locs = axis.get_major_locator().locs
             labels = axis.get_major_formatter().format_ticks(locs)
             axis.set_ticks(locs, labels=[label if k % step == 0 else "" for k, label in enumerate(labels)])
+            changed = True
+    for axis in placed:
+        boxes = _tick_label_boxes(axis, renderer)
+        while len(boxes) > 2 and any(right.x0 < left.x1 + 2 for left, right in zip(boxes, boxes[1:])):
+            axis.get_major_locator().set_params(nbins=len(boxes) - 2)  # intervals: one fewer than the ticks shown
+            changed, shown = True, len(boxes)
+            boxes = _tick_label_boxes(axis, renderer)
+            if len(boxes) >= shown:  # the locator gives no fewer (its steps): leave it
+                break
+    return not changed
+
+
+def _tick_label_boxes(axis, renderer) -> list:
+    """The boxes of the major tick labels an axis draws (in its view), left to right."""
+    boxes = [tick.label1.get_window_extent(renderer) for tick in axis._update_ticks()  # the ticks it draws
+             if tick in axis.majorTicks and tick.label1.get_visible() and tick.label1.get_text()]
+    return sorted(boxes, key=lambda box: box.x0)
 
 
 def _legends_below(fig: Figure, resize: bool = True) -> None:
     """Each figure legend redrawn under the panels, in as many columns as fit the figure's width."""
     for legend in list(fig.legends):
-        handles, texts = legend.legend_handles, legend.get_texts()
-        options = dict(_legend_options(legend), loc="outside lower center")
         legend.remove()
-        for ncols in range(len(texts), 0, -1):
-            below = fig.legend(handles, [text.get_text() for text in texts], ncols=ncols, **options)
+        for ncols in range(len(legend.get_texts()), 0, -1):
+            below = _redrawn_legend(fig, legend, loc="outside lower center", ncols=ncols)
             if ncols == 1 or below.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width:
                 break
             below.remove()
         if resize:
             extra = below.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
             fig.set_size_inches(PHONE_WIDTH, fig.get_figheight() + extra)
+
+
+# Where a legend that covers data may go inside its axes, in the order tried: the corners, then the sides' middles.
+_LEGEND_PLACES = ("upper right", "upper left", "lower left", "lower right", "upper center", "lower center",
+                  "center left", "center right")
+
+
+def _legends_clear_of_data(figures: list[Figure], laid_out: bool = False) -> bool:
+    """Each axes legend that covers drawn data (``_covered``) in one of ``figures`` (one figure, or an explorer's
+    frames: figures with the same axes), moved to the same place in all of them: the first of ``_LEGEND_PLACES``
+    where it covers data in none, or else under its panel (the figures grow by its height); a legend beside its
+    axes goes under its panel too. ``laid_out``: whether their layouts have run since their last change; returns
+    the same after."""
+    if not any(ax.get_legend() is not None for fig in figures for ax in fig.axes):
+        return laid_out
+    for round_ in range(3):  # a legend moved under its panel shrinks the panels: the others are looked at again
+        for fig in figures if round_ or not laid_out else ():
+            _execute_layout(fig)
+        moved, inside = False, False
+        for k in range(len(figures[0].axes)):
+            axes = [fig.axes[k] for fig in figures]
+            legends = [ax.get_legend() for ax in axes]
+            if any(legend is None or not legend.get_visible() for legend in legends):
+                continue
+            beside = any(_beside(legend) for legend in legends)  # a phone has no room beside a panel
+            if not beside and not any(_covered(legend) for legend in legends):
+                inside = True
+                continue
+            moved = True
+            for place in () if beside else _LEGEND_PLACES:
+                for legend in legends:
+                    legend.set_loc(place)
+                    legend.set_bbox_to_anchor(None)
+                if not any(_covered(legend) for legend in legends):
+                    inside = True
+                    break
+            else:
+                extra = max(_legend_under(ax, legend) for ax, legend in zip(axes, legends))
+                for fig in figures:
+                    fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + extra)
+        if not moved:
+            return True
+        if not inside:  # no legend left inside an axes to look at again
+            return False
+    return False
+
+
+def _panel(ax: Axes) -> list[Axes]:
+    """The axes drawn in ``ax``'s box: ``ax`` and its twins."""
+    return [other for other in ax.figure.axes if other is ax or ax in other._twinned_axes.get_siblings(other)]
+
+
+def _legend_under(ax: Axes, legend: Legend) -> float:
+    """``legend`` redrawn under ``ax``'s panel, below its x axis' labels, in as many columns as fit the axes' width;
+    its height in inches."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    bottoms = [ax.bbox.y0] + [other.xaxis.get_tightbbox(renderer).y0 for other in _panel(ax)
+                              if other.xaxis.get_visible() and other.xaxis.get_tightbbox(renderer) is not None]
+    drop = (ax.bbox.y0 - min(bottoms)) / fig.dpi  # inches: the panel's x axis, under which the legend goes
+    place = ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
+    legend.remove()
+    for ncols in range(len(legend.get_texts()), 0, -1):
+        under = _redrawn_legend(ax, legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=place,
+                                ncols=ncols)
+        if ncols == 1 or under.get_window_extent(renderer).width <= ax.bbox.width:
+            break
+    return under.get_window_extent(renderer).height / fig.dpi
+
+
+def _beside(legend: Legend) -> bool:
+    """Whether ``legend`` is drawn to the left or right of its axes (``bbox_to_anchor=(1, 1)``)."""
+    box, axes = legend.get_window_extent(legend.figure.canvas.get_renderer()), legend.axes.bbox
+    return box.x0 >= axes.x1 - 1 or box.x1 <= axes.x0 + 1
+
+
+def _covered(legend: Legend) -> bool:
+    """Whether ``legend``, inside its axes, covers drawn data of its panel (the axes and its twins): a line or its
+    markers, a scatter point, a collection's segments or polygons, a bar or another patch, an image, a text."""
+    ax = legend.axes
+    renderer = ax.figure.canvas.get_renderer()
+    box = Bbox.intersection(legend.get_window_extent(renderer), ax.bbox)
+    if box is None or box.width <= 0 or box.height <= 0:
+        return False  # outside the axes: it covers no data
+    points = ax.figure.dpi / 72
+    for other in _panel(ax):
+        for line in other.lines:
+            if not line.get_visible():
+                continue
+            path = line.get_transform().transform_path(line.get_path())
+            if line.get_linestyle() not in ("None", "", " ") and _finite(path).intersects_bbox(box, filled=False):
+                return True
+            if line.get_marker() not in (None, "None", "", " ") and _near(
+                    path.vertices, box, line.get_markersize() / 2 * points):
+                return True
+        for collection in other.collections:
+            if not collection.get_visible():
+                continue
+            if isinstance(collection, PathCollection):  # scatter: markers at offsets
+                offsets = collection.get_offset_transform().transform(collection.get_offsets())
+                sizes = collection.get_sizes()
+                radius = (np.sqrt(sizes.max()) / 2 if len(sizes) else 3) * points
+                if _near(offsets, box, radius):
+                    return True
+                continue
+            transform, filled = collection.get_transform(), not isinstance(collection, LineCollection)
+            filled = filled and len(collection.get_facecolor()) and np.any(collection.get_facecolor()[:, 3] > 0)
+            if any(_finite(transform.transform_path(p)).intersects_bbox(box, filled=bool(filled))
+                   for p in collection.get_paths()):
+                return True
+        for patch in other.patches:
+            if patch.get_visible() and _finite(patch.get_transform().transform_path(patch.get_path())).intersects_bbox(
+                    box, filled=patch.get_fill()):
+                return True
+        for artist in [*other.texts, *other.images]:
+            if artist.get_visible() and Bbox.intersection(artist.get_window_extent(renderer), box) is not None:
+                if not isinstance(artist, Text) or artist.get_text().strip() or getattr(artist, "arrow_patch", None):
+                    return True
+    return False
+
+
+def _finite(path: Path) -> Path:
+    """``path`` without its non-finite vertices (a NaN breaks a line there, as matplotlib draws it)."""
+    vertices = path.vertices
+    keep = np.isfinite(vertices).all(1)
+    if keep.all():
+        return path
+    codes = path.codes.copy() if path.codes is not None else np.full(len(vertices), Path.LINETO, dtype=Path.code_type)
+    if path.codes is None:
+        codes[0] = Path.MOVETO
+    after = np.concatenate([[True], ~keep[:-1]])  # a vertex after a dropped one starts a new piece
+    codes[keep & after & (codes == Path.LINETO)] = Path.MOVETO
+    if not keep.any():
+        return Path(np.zeros((0, 2)))
+    return Path(vertices[keep], codes[keep])
+
+
+def _near(points: np.ndarray, box: Bbox, radius: float) -> bool:
+    """Whether a marker of ``radius`` display pixels at one of ``points`` reaches into ``box``."""
+    points = np.asarray(points, dtype=float).reshape(-1, 2)
+    x, y = points[:, 0], points[:, 1]
+    return bool(np.any((x >= box.x0 - radius) & (x <= box.x1 + radius) & (y >= box.y0 - radius)
+                       & (y <= box.y1 + radius)))
 
 
 def displayed_text_px(points: float, width_px: int, dpi: float, column_px: float = COLUMN_PX) -> float:

@@ -2,7 +2,9 @@
 frames with one slider per parameter. They move in the static HTML book (no Python kernel, no network) as in
 Jupyter; for values between the frames, call the chapter's ``draw(...)`` in a running notebook. Where the frames
 need one on a phone (``plots.fits_phone``), each frame has a phone layout too, shown in windows that match
-``plots.PHONE_MEDIA``.
+``plots.PHONE_MEDIA``, at twice the display resolution (phones' screens have two or three device pixels per CSS
+pixel). Every frame is stored with a palette of at most ``FRAME_COLORS`` colours, which keeps the page small (a
+phone frame at 2x weighs less than an unquantized one at 1x).
 """
 
 from __future__ import annotations
@@ -10,21 +12,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import io
 import itertools
 import json
 from collections.abc import Callable, Sequence
 from numbers import Real
 
 import matplotlib.pyplot as plt
+import PIL.Image
+import PIL.PngImagePlugin
 from IPython.display import display
 from matplotlib.figure import Figure
 
 from . import plots
 
-__all__ = ["explorer", "frames", "MAX_FRAMES", "FRAME_DPI"]
+__all__ = ["explorer", "frames", "MAX_FRAMES", "FRAME_DPI", "PHONE_FRAME_DPI", "FRAME_COLORS"]
 
 MAX_FRAMES = 64  # frames per explorer: each is a PNG stored in the notebook and the page
 FRAME_DPI = 100  # frames are saved at the display resolution (the static figure above is the sharp one)
+PHONE_FRAME_DPI = 200  # phone frames at twice the display resolution (shown with srcset "2x")
+FRAME_COLORS = 256  # the palette of a stored frame (lines, text and their anti-aliasing need far fewer)
 
 _SCRIPT = """<script>
 (function () {
@@ -41,7 +48,7 @@ _SCRIPT = """<script>
       words.push(spec.names[k] + " = " + spec.labels[k][position]);
     });
     image.src = "data:image/png;base64," + spec.frames[index];
-    if (phone) phone.srcset = "data:image/png;base64," + spec.phone[index];
+    if (phone) phone.srcset = "data:image/png;base64," + spec.phone[index] + " 2x";
     image.alt = spec.alt + " " + words.join(", ") + ".";
   }
   inputs.forEach(function (input) { input.addEventListener("input", update); });
@@ -73,6 +80,20 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _palette(data: bytes) -> bytes:
+    """A PNG quantized to at most ``FRAME_COLORS`` colours (no dithering: a figure's flat colours stay flat), with
+    its text chunks (``plots.TEXT_KEY``, ``plots.DPI_KEY``)."""
+    image = PIL.Image.open(io.BytesIO(data))
+    info = PIL.PngImagePlugin.PngInfo()
+    for key, value in image.text.items():
+        info.add_text(key, value)
+    quantized = image.convert("RGBA").quantize(colors=FRAME_COLORS, method=PIL.Image.Quantize.FASTOCTREE,
+                                               dither=PIL.Image.Dither.NONE)
+    buffer = io.BytesIO()
+    quantized.save(buffer, format="png", pnginfo=info)
+    return buffer.getvalue()
+
+
 def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
            ) -> tuple[list[str], list[list], list[str] | None]:
     """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest).
@@ -87,8 +108,9 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
     Returns
     -------
     tuple
-        The frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds), the value lists and the
-        frames' phone layouts (``plots.phone_layout``, all alike; None where no frame needs one).
+        The frames (base64 PNGs, ``plots.png`` at ``FRAME_DPI``, so the size rule holds, with a palette of
+        ``FRAME_COLORS``), the value lists and the frames' phone layouts (``plots.aligned_phone_layouts``, at
+        ``PHONE_FRAME_DPI``, likewise; None where no frame needs one).
 
     Raises
     ------
@@ -123,7 +145,7 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
         figure = draw(**dict(zip(names, combination)))
         figure = figure if isinstance(figure, Figure) else plt.gcf()
         plt.close(figure)  # closed for pyplot, kept for its phone layout below
-        images.append(plots.png(figure, dpi=FRAME_DPI)[0])
+        images.append(_palette(plots.png(figure, dpi=FRAME_DPI)[0]))
         figures.append(figure)
     strides = [1] * len(grids)
     for k in range(len(grids) - 2, -1, -1):
@@ -137,8 +159,8 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
                                  f"{_label(grid[position])} (at {others}): drop one of those values")
     phones = None
     if not all(plots.fits_phone(data, FRAME_DPI) for data in images):  # then every frame has a phone layout,
-        phones = [plots.png(phone, dpi=FRAME_DPI, column_px=plots.PHONE_COLUMN_PX, tight=False)[0]  # its panels at
-                  for phone in plots.aligned_phone_layouts(figures)]  # one place in all (uncropped: alike)
+        phones = [_palette(plots.png(phone, dpi=PHONE_FRAME_DPI, column_px=plots.PHONE_COLUMN_PX, tight=False)[0])
+                  for phone in plots.aligned_phone_layouts(figures)]  # cropped alike: saved as they are
     return _base64(images), grids, None if phones is None else _base64(phones)
 
 
@@ -184,7 +206,7 @@ def explorer(draw: Callable[..., Figure | None], **controls: Sequence[object]) -
             "alt": "The figure above redrawn at"}
     if phones is not None:
         spec["phone"] = phones
-    phone = (f'<source media="{plots.PHONE_MEDIA}" srcset="data:image/png;base64,{phones[0]}">'
+    phone = (f'<source media="{plots.PHONE_MEDIA}" srcset="data:image/png;base64,{phones[0]} 2x">'
              if phones is not None else "")
     rows = []
     for name, grid, order in zip(names, grids, orders):
