@@ -73,7 +73,7 @@ book: setup
 
 test: setup
 	$(PYTEST) tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
-	  tests/test_provenance.py tests/test_notation.py tests/test_repository.py
+	  tests/test_provenance.py tests/test_notation.py tests/test_repository.py tests/test_captions.py
 	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
 	$(PYTEST) tests/test_student_edition.py
