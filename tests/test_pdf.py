@@ -59,9 +59,9 @@ def test_every_page_of_the_toc_is_in_the_pdf(log):
     tex = (LATEX / "book.tex").read_text()
     root, *chapters = toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
     literal = r"\\sphinxstyleliteralintitle\{\\sphinxupquote\{(.*?)\}\}"  # a `code` heading
-    plain = lambda text: re.sub(literal, r"\1", re.sub(r"\\sphinxhyphen\{\}", "-", re.sub(r"\$[^$]*\$", "", text))).replace(
-        "\u2019", "'")  # Sphinx's typographic apostrophe
-    headings = [plain(h) for h in re.findall(r"\\(?:chapter|section)\{(.+?)\}\n", tex)]
+    plain = lambda text: re.sub(literal, r"\1", re.sub(r"\\sphinxhyphen\{\}", "-", re.sub(r"\$[^$]*\$", "", text)))
+    headings = [plain(h).replace("\u2019", "'")  # Sphinx writes a typographic apostrophe
+                for h in re.findall(r"\\(?:chapter|section)\{(.+?)\}\n", tex)]
     missing = [name for name in chapters if plain(title(name)) not in headings]
     assert not missing, f"pages of _toc.yml missing from the PDF's chapters and sections {headings}: {missing}"
     assert plain(title(root)).split(":")[0] in plain(tex), "the introduction is missing from the PDF"
