@@ -1067,15 +1067,13 @@ def _undecided(Z: np.ndarray, w: list[Fraction]) -> tuple[np.ndarray, bool]:
     return ~decided, bool((decided & (margins < 1)).any())
 
 
-def _exact_face(Z: np.ndarray, C: np.ndarray, alpha: np.ndarray) -> np.ndarray | None:
+def _exact_face(Z: np.ndarray, C: np.ndarray) -> np.ndarray | None:
     """The face F (n,) of the exact SVM of the points C (n,) of the signed points Z (n, d): the minimum-norm w_C
     with every m_i(w_C) >= 1 on C is Z_F^T lam with lam > 0, the rows of Z_F independent and m_i(w_C) = 1 on F (so
     ``_exact_certificate(Z, F)`` certifies w_hat where the other margins are >= 1 too). Lawson and Hanson's NNLS
     for the least-distance problem, min ||E u - f|| over u >= 0 with E = [Z_C^T; 1^T] and f = e_(d+1) (then
     w_C = -r[:d] / r[d] for r = E u - f, and lam = u / (1 - sum u)), in exact rational arithmetic on the float64
-    data, through the Gram matrix E^T E = Z_C Z_C^T + 1. It starts from the points of C with the largest alpha
-    (above ``ACTIVE_TOL`` times the largest) whose columns of E are independent, less those whose least-squares
-    coefficient is not positive; each step lowers ||E u - f|| strictly, so it ends in finitely many steps (None
+    data, through the Gram matrix E^T E = Z_C Z_C^T + 1, from the empty set; each step lowers ||E u - f|| strictly, so it ends in finitely many steps (None
     after 3 |C| + 10, or where a step breaks its invariants, which exact arithmetic rules out)."""
     points = np.flatnonzero(C)
     m = len(points)
@@ -1098,26 +1096,7 @@ def _exact_face(Z: np.ndarray, C: np.ndarray, alpha: np.ndarray) -> np.ndarray |
                     system[i] = [v - system[i][col] * p for v, p in zip(system[i], system[col])]
         return [row[-1] for row in system]
 
-    P, basis = [], []  # the start: independent columns of E, by exact elimination, largest alpha first
-    order = [i for i in np.argsort(-alpha[points], kind="stable") if alpha[points[i]] > ACTIVE_TOL * alpha.max()]
-    for i in order:
-        v = list(rows[i])
-        for pivot, b in basis:
-            if v[pivot] != 0:
-                v = [x - v[pivot] / b[pivot] * y for x, y in zip(v, b)]
-        lead = next((j for j, x in enumerate(v) if x != 0), None)
-        if lead is not None:
-            basis.append((lead, v))
-            P.append(int(i))
-    u = {}
-    while P:
-        s = solve(P)
-        if s is None:
-            return None
-        if all(v > 0 for v in s):
-            u = dict(zip(P, s))
-            break
-        P = [j for j, v in zip(P, s) if v > 0]
+    P, u = [], {}
     for _ in range(3 * m + 10):
         dual = [1 - sum((gram[j][i] * u[i] for i in P), Fraction(0)) for j in range(m)]  # E^T (f - E u)
         entering = [j for j in range(m) if j not in u and dual[j] > 0]
@@ -1161,7 +1140,7 @@ def _decided_support(Z: np.ndarray, S: np.ndarray, alpha: np.ndarray, w: np.ndar
         return S if clear else None
     if S.any() and (support := _exact_certificate(Z, S)) is not None:
         return support
-    F = _exact_face(Z, candidates, alpha)
+    F = _exact_face(Z, candidates)
     return None if F is None else _exact_certificate(Z, F)
 
 
@@ -1210,7 +1189,7 @@ def offset(X: ArrayLike, y: ArrayLike, c: float = 1.0, *, solution: SVM | None =
     arithmetic on the data, by a face that certifies the SVM exactly (independent rows, multipliers :math:`\ge 0`,
     every margin :math:`\ge 1`): the support S of ``solution`` (see ``svm``), or else the face of the exact SVM of
     the candidates (S, the points within ``NEAR_TOL`` of the margin and the solver's active points), which
-    Lawson and Hanson's NNLS finds in rational arithmetic, started from the active points. A margin is computed
+    Lawson and Hanson's NNLS finds in rational arithmetic. A margin is computed
     exactly only where its float64 value, with its rounding bound, cannot tell it from 1. Where the candidates
     number more than ``EXACT_MAX``, S is used if float64 decides it clearly, and refused otherwise.
 
