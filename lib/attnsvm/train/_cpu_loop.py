@@ -7,8 +7,10 @@ top-token sum), several times faster. It runs up to BLOCK problems side by side,
 array ends in the lane axis, so each operation is the same on all lanes and compiles to vector instructions,
 and the exponentials and logarithms (some seventy per step and problem) go to glibc's vector math library,
 libmvec, four lanes a call (computed lane by lane where libmvec is not there). Each lane's arithmetic is its own:
-a problem's run does not depend on the batch it is in. A step costs about as much for one problem as for
-sixteen (the loops' overhead), then grows in proportion. It keeps the products W z_i, not W: the gradient
+a problem's run does not depend on the batch it is in. One problem alone runs in the same loop compiled for one
+lane (`_run_one`: no loop over lanes is left, so no loop overhead), to the same digits; a batch costs about as
+much per step for four problems as for sixteen (the loops' overhead), then grows in proportion. It keeps the
+products W z_i, not W: the gradient
 sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for W
 itself), and W is formed only at the recorded steps. It covers the W parameterization with a
 linear or ReLU head and any loss of `model.LOSSES` (`_kq_loop` runs (K, Q) on its gradient and step, `_mirror`
@@ -41,8 +43,10 @@ from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _checked_head, _
 
 __all__ = ["gd", "why_not_compiled", "LANES", "BLOCK", "LOSS_CODES", "HEADS", "LIBMVEC"]
 
-# Reassociation lets sums of products vectorize; no assumption about infinities (running maxima start at -inf).
-_FAST = {"reassoc", "contract", "nsz", "arcp"}
+# No fast-math flags: with reassociation or contraction (FMA) the compiler rounds a lane's sums as the code around
+# them allows, so one problem compiled alone (`_run_one`) and the same problem in a vector lane would part in the
+# last digit. Without them every lane computes the same IEEE operations in the same order, whatever the batch.
+_FAST: set = set()
 _TINY = 1e-290  # where e^{second} is below this, ratios are taken as e^{logit - second}, not as quotients
 LANES = 4  # float64 lanes of an AVX2 vector: a block holds a multiple of this many problems
 BLOCK = 64  # problems run side by side: a block's arrays stay in the L2 cache
@@ -116,14 +120,16 @@ LIBMVEC = _load_libmvec()
 
 
 def _in_place(name: str, scalar):
-    """A compiled f(a, index) that replaces each entry of the row a[index] (the leading indices of a C-contiguous
-    float64 array whose rows are a whole number of vectors) by its `name`: libmvec's routine, LANES entries a
-    call, where it is loaded, else `scalar` entry by entry (both within two ulps of numpy's, tests/lib). The row
+    """A compiled f(a, index, size=the row's length) that replaces each of the first `size` entries of the row
+    a[index] (the leading indices of a C-contiguous float64 array) by its `name`: libmvec's routine, LANES
+    entries a call (the last ones padded to a vector), where it is loaded, else `scalar` entry by entry (both
+    within two ulps of numpy's, tests/lib). An entry's value does not depend on the entries beside it. The row
     is addressed, not sliced: in these loops a view costs more than a row's arithmetic."""
     @numba.extending.intrinsic
-    def apply(typingctx, a, index):
+    def apply(typingctx, a, index, size):
         if not (isinstance(a, numba.types.Array) and a.layout == "C" and a.dtype == numba.float64
-                and isinstance(index, numba.types.BaseTuple) and len(index) == a.ndim - 1):
+                and isinstance(index, numba.types.BaseTuple) and len(index) == a.ndim - 1
+                and isinstance(size, numba.types.Integer)):
             return None
 
         def lower(context, builder, signature, args):
@@ -132,22 +138,44 @@ def _in_place(name: str, scalar):
             leading = [context.cast(builder, value, kind, numba.intp)
                        for value, kind in zip(cgutils.unpack_tuple(builder, args[1]), index)]
             first = cgutils.get_item_pointer(context, builder, a, array, leading + [ir.Constant(intp, 0)])
-            size = cgutils.unpack_tuple(builder, array.shape)[-1]
+            size = context.cast(builder, args[2], signature.args[2], numba.intp)
             if LIBMVEC:
                 vector = ir.VectorType(ir.DoubleType(), LANES)
                 routine = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
                                                          f"_ZGVdN{LANES}v_{name}")
-                with cgutils.for_range_slice(builder, ir.Constant(intp, 0), size, ir.Constant(intp, LANES)) as (b, _):
+                whole = builder.mul(builder.sdiv(size, ir.Constant(intp, LANES)), ir.Constant(intp, LANES))
+                with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, ir.Constant(intp, LANES)) as (b, _):
                     pointer = builder.bitcast(builder.gep(first, [b]), vector.as_pointer())
                     builder.store(builder.call(routine, [builder.load(pointer, align=8)]), pointer, align=8)
+                _vector_tail(builder, routine, first, whole, builder.sub(size, whole), vector, intp)
             else:
                 routine = context.get_function(scalar, numba.core.typing.signature(numba.float64, numba.float64))
                 with cgutils.for_range(builder, size) as loop:
                     pointer = builder.gep(first, [loop.index])
                     builder.store(routine(builder, [builder.load(pointer)]), pointer)
             return context.get_dummy_value()
-        return numba.types.none(a, index), lower
-    return apply
+        return numba.types.none(a, index, size), lower
+
+    @numba.njit(error_model="numpy", inline="always")
+    def row(a, index, size=-1):
+        apply(a, index, a.shape[-1] if size < 0 else size)
+    return row
+
+
+def _vector_tail(builder, routine, first, start, count, vector, intp) -> None:
+    """The `count` (< LANES) entries from first[start] through `routine`, in one vector (the first repeated)."""
+    lane = [ir.Constant(ir.IntType(32), j) for j in range(LANES)]
+    with builder.if_then(builder.icmp_signed(">", count, ir.Constant(intp, 0)), likely=False):
+        packed = ir.Constant(vector, ir.Undefined)
+        for j in range(LANES):  # the lanes past `count` repeat the first entry
+            inside = builder.icmp_signed(">", count, ir.Constant(intp, j))
+            at = builder.select(inside, builder.add(start, ir.Constant(intp, j)), start)
+            packed = builder.insert_element(packed, builder.load(builder.gep(first, [at])), lane[j])
+        result = builder.call(routine, [packed])
+        for j in range(LANES - 1):
+            with builder.if_then(builder.icmp_signed(">", count, ir.Constant(intp, j))):
+                pointer = builder.gep(first, [builder.add(start, ir.Constant(intp, j))])
+                builder.store(builder.extract_element(result, lane[j]), pointer)
 
 
 _exp, _log, _log1p = _in_place("exp", math.exp), _in_place("log", math.log), _in_place("log1p", math.log1p)
@@ -157,9 +185,9 @@ NORM, FACTOR = TOTAL, SECOND  # in the step
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _logits(i, X, WZ, g):
+def _logits(i, X, WZ, g, L):
     """g[i, t] = x_it . W z_i on every lane, from WZ[i] = W z_i."""
-    T, d, L = X.shape[1], X.shape[2], X.shape[3]
+    T, d = X.shape[1], X.shape[2]
     for t in range(T):
         for b in range(L):
             g[i, t, b] = 0.0
@@ -169,11 +197,11 @@ def _logits(i, X, WZ, g):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _softmax(i, g, s, lanes):
+def _softmax(i, g, s, lanes, L):
     """From the logits g[i] on every lane: the softmax s[i]; in `lanes` the top token (its first largest logit),
     the largest logit off it once shifted to 0 at the top token (SECOND) and its exponential, the sum of the
     exponentials (TOTAL); in g[i] the ratios s_t / e^{second}, 0 at the top token."""
-    T, L = g.shape[1], g.shape[2]
+    T = g.shape[1]
     for b in range(L):
         lanes[TOP, b], lanes[SECOND, b], lanes[TOTAL, b] = 0.0, -np.inf, 0.0  # SECOND: the largest logit, first
     for t in range(T):
@@ -184,7 +212,8 @@ def _softmax(i, g, s, lanes):
         for b in range(L):
             g[i, t, b] -= lanes[SECOND, b]
             s[i, t, b] = g[i, t, b]
-        _exp(s, (i, t))
+    _exp(s, (i, 0), T * L)  # the row s[i] of T L entries
+    for t in range(T):
         for b in range(L):
             lanes[TOTAL, b] += s[i, t, b]
     for b in range(L):
@@ -195,15 +224,16 @@ def _softmax(i, g, s, lanes):
     tiny = False
     for b in range(L):
         lanes[E_SECOND, b] = lanes[SECOND, b]
-    _exp(lanes, (E_SECOND,))
+    _exp(lanes, (E_SECOND,), L)
     for b in range(L):
         tiny |= lanes[E_SECOND, b] < _TINY
         lanes[SCALE, b] = 1.0 / lanes[E_SECOND, b]
-    for t in range(T):
-        if tiny:  # some lane's ratio needs e^{g - second}: there a quotient by e^{second} would lose digits
+    if tiny:  # some lane's ratio needs e^{g - second}: there a quotient by e^{second} would lose digits
+        for t in range(T):
             for b in range(L):  # e^0 at the top token: libmvec takes a slow path for e^{-inf}
                 g[i, t, b] = 0.0 if t == lanes[TOP, b] else g[i, t, b] - lanes[SECOND, b]
-            _exp(g, (i, t))
+        _exp(g, (i, 0), T * L)
+    for t in range(T):
         for b in range(L):  # both sides computed, then chosen: a load under a condition does not vectorize
             quotient = s[i, t, b] * lanes[SCALE, b]
             exact = lanes[E_SECOND, b] >= _TINY
@@ -216,11 +246,11 @@ def _softmax(i, g, s, lanes):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _head(i, s, U, XV, u, outputs, hidden):
+def _head(i, s, U, XV, u, outputs, hidden, L):
     """The head's output f_i on every lane into outputs[i] and, in u, the token values: U[i] for the linear
     head; for the ReLU head (XV[i, t] = x_it^T V) u_t = x_it^T V slope, the slope of the ReLU at
     a^T V = sum_t s_t XV[i, t]."""
-    T, k, L = XV.shape[1], XV.shape[2], XV.shape[3]
+    T, k = XV.shape[1], XV.shape[2]
     for b in range(L):
         outputs[i, b] = 0.0
     if not k:
@@ -247,28 +277,27 @@ def _head(i, s, U, XV, u, outputs, hidden):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _log_slope(loss, i, Y, outputs, weights):
+def _log_slope(loss, i, Y, outputs, weights, L):
     """weights[i] = log(-l'(Y_i f_i)) on every lane, for the loss with code `loss` (as `model.LOSSES`)."""
-    L = Y.shape[1]
     for b in range(L):
         margin = Y[i, b] * outputs[i, b]
         weights[i, b] = -abs(margin) if loss == 0 else (-margin if loss == 1 else 0.0)
     if loss == 0:  # -log(1 + e^x) = -max(x, 0) - log(1 + e^{-|x|})
-        _exp(weights, (i,))
-        _log1p(weights, (i,))
+        _exp(weights, (i,), L)
+        _log1p(weights, (i,), L)
         for b in range(L):
             weights[i, b] = -max(Y[i, b] * outputs[i, b], 0.0) - weights[i, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes):
+def _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L):
     """Sequence i on every lane, as `gradients.logit_gradient`: the softmax s[i], the logit gradient g[i] of
     order one, the output f_i into outputs[i] and the log weight log|dL/df_i| + L_i (without the 1/n) into
     weights[i]."""
-    T, L = X.shape[1], X.shape[3]
-    _logits(i, X, WZ, g)
-    _softmax(i, g, s, lanes)
-    _head(i, s, U, XV, u, outputs, hidden)
+    T = X.shape[1]
+    _logits(i, X, WZ, g, L)
+    _softmax(i, g, s, lanes, L)
+    _head(i, s, U, XV, u, outputs, hidden, L)
     for b in range(L):
         lanes[U_TOP, b], lanes[TOP_SUM, b] = 0.0, 0.0
     for t in range(T):
@@ -277,28 +306,28 @@ def _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes
     for t in range(T):
         for b in range(L):
             lanes[TOP_SUM, b] += g[i, t, b] * (lanes[U_TOP, b] - u[t, b])
-    _log(lanes, (TOTAL,))
+    _log(lanes, (TOTAL,), L)
     for b in range(L):
         lanes[SECOND, b] -= lanes[TOTAL, b]  # L_i = second - log(total)
         lanes[E_SECOND, b] = lanes[SECOND, b]
-    _exp(lanes, (E_SECOND,))
+    _exp(lanes, (E_SECOND,), L)
     for t in range(T):
         for b in range(L):
             at_top = s[i, t, b] * lanes[TOP_SUM, b]
             off_top = g[i, t, b] * (u[t, b] - lanes[U_TOP, b] + lanes[E_SECOND, b] * lanes[TOP_SUM, b])
             g[i, t, b] = at_top if t == lanes[TOP, b] else off_top
-    _log_slope(loss, i, Y, outputs, weights)
+    _log_slope(loss, i, Y, outputs, weights, L)
     for b in range(L):
         weights[i, b] += lanes[SECOND, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes):
+def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L):
     """dL/dW = e^{log scale} sum_i A[i] z_i^T on every lane (as `gradients.weight_gradient`; A of order one):
     fills A and log_scale."""
-    n, T, d, L = X.shape
+    n, T, d = X.shape[:3]
     for i in range(n):
-        _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes)
+        _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
     log_n = math.log(n)
     for b in range(L):
         log_scale[b] = -np.inf
@@ -308,7 +337,7 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
     for i in range(n):
         for b in range(L):
             weights[i, b] -= log_scale[b]
-        _exp(weights, (i,))
+        _exp(weights, (i,), L)
         for p in range(d):
             for b in range(L):
                 A[i, p, b] = 0.0
@@ -323,11 +352,11 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
+def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes, L):
     """The step W -= factor G for G = sum_i A[i] z_i^T, as `train.gd` takes it (normalized as `train._unit`),
     made on WZ[i] = W z_i, through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
     ||G||_F^2 = sum_i A[i] . R[i]. A lane whose G is 0 (up to round-off, if normalized) does not move."""
-    n, d, L = A.shape
+    n, d = A.shape[:2]
     for i in range(n):
         for p in range(d):
             for b in range(L):
@@ -336,8 +365,8 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
             for p in range(d):
                 for b in range(L):
                     R[i, p, b] += gram[i, j, b] * A[j, p, b]
-    _scaled_products(A, R, lanes)
-    _factor(lanes, log_scale, lr, normalized, eps)
+    _scaled_products(A, R, lanes, L)
+    _factor(lanes, log_scale, lr, normalized, eps, L)
     for i in range(n):
         for p in range(d):
             for b in range(L):
@@ -346,10 +375,10 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _scaled_products(G, H, lanes):
+def _scaled_products(G, H, lanes, L):
     """On every lane, lanes[SCALE] = the largest |entry| of G and lanes[NORM] = sum G H / SCALE^2 over the
     entries of G and H (both (rows, columns, L)); 0 where G = 0."""
-    rows, columns, L = G.shape
+    rows, columns = G.shape[:2]
     for b in range(L):
         lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
     for a in range(rows):
@@ -364,20 +393,19 @@ def _scaled_products(G, H, lanes):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _factor(lanes, log_scale, lr, normalized, eps):
+def _factor(lanes, log_scale, lr, normalized, eps, L):
     """lanes[FACTOR] = the factor of the step -factor G that `train.gd` takes for the gradient e^{log scale} G
     (normalized as `train._unit`), on every lane, from a scale lanes[SCALE] > 0 (0 where G = 0: no move) and
     lanes[NORM] = ||G||_F^2 / scale^2."""
-    L = lanes.shape[1]
     if normalized:
         for b in range(L):
             lanes[NORM, b] = math.sqrt(lanes[NORM, b]) if lanes[NORM, b] > 0 else 0.0
             lanes[FACTOR, b] = lanes[SCALE, b] * lanes[NORM, b] / eps if eps > 0 else 1.0
         if eps > 0:  # paper A's 1 / (||G_true|| + eps) for G_true = e^{log scale} G, in log space
-            _log(lanes, (FACTOR,))
+            _log(lanes, (FACTOR,), L)
             for b in range(L):
                 lanes[FACTOR, b] = -(log_scale[b] + lanes[FACTOR, b])
-            _exp(lanes, (FACTOR,))
+            _exp(lanes, (FACTOR,), L)
         for b in range(L):
             length = lanes[SCALE, b] * lanes[NORM, b]
             factor = lr / length / (1.0 + lanes[FACTOR, b]) if eps > 0 else lr / length
@@ -385,28 +413,28 @@ def _factor(lanes, log_scale, lr, normalized, eps):
     else:
         for b in range(L):
             lanes[FACTOR, b] = log_scale[b]
-        _exp(lanes, (FACTOR,))
+        _exp(lanes, (FACTOR,), L)
         for b in range(L):
             lanes[FACTOR, b] = lr * lanes[FACTOR, b] if lanes[SCALE, b] > 0 else 0.0
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _row_products(left, right, out):
+def _row_products(left, right, out, L):
     """out[i, j] = left[i] . right[j] on every lane (out = left right^T)."""
     for i in range(left.shape[0]):
         for j in range(right.shape[0]):
-            for b in range(out.shape[2]):
+            for b in range(L):
                 out[i, j, b] = 0.0
             for q in range(left.shape[1]):
-                for b in range(out.shape[2]):
+                for b in range(L):
                     out[i, j, b] += left[i, q, b] * right[j, q, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _record_outputs(r, loss, Y, outputs, s, probs, risks):
+def _record_outputs(r, loss, Y, outputs, s, probs, risks, L):
     """Record r of every lane's attention s into probs (records, L, n, T) and, from the outputs, of its loss
     (the loss with code `loss`) into risks (records, L)."""
-    n, T, L = s.shape
+    n, T = s.shape[:2]
     for b in range(L):
         risk = 0.0
         for i in range(n):
@@ -418,23 +446,23 @@ def _record_outputs(r, loss, Y, outputs, s, probs, risks):
         risks[r, b] = risk / n
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, L):
     """Every lane's run to step record[-1] (step k at lr / sqrt(k + 1) where `sqrt_schedule`), lanes last (X
     (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...); the iterates at the steps `record` go to Ws (records, L, d, d),
     probs (records, L, n, T) and risks (records, L)."""
-    n, T, d, L = X.shape
+    n, T, d = X.shape[:3]
     WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
     gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
     outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((T, L)), np.empty((XV.shape[2], L))
     log_scale, lanes = np.empty(L), np.empty((7, L))
-    _row_products(Z, Z, gram)
-    _row_products(Z, W0, WZ)
+    _row_products(Z, Z, gram, L)
+    _row_products(Z, W0, WZ, L)
     r = 0
     for k in range(record[-1] + 1):
-        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
+        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L)
         if k == record[r]:
-            _record_outputs(r, loss, Y, outputs, s, probs, risks)
+            _record_outputs(r, loss, Y, outputs, s, probs, risks, L)
             for b in range(L):
                 for p in range(d):
                     for q in range(d):
@@ -444,7 +472,20 @@ def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, W
             r += 1
             if r == len(record):
                 break
-        _step(WZ, B, A, R, gram, log_scale, lr / math.sqrt(k + 1.0) if sqrt_schedule else lr, normalized, eps, lanes)
+        rate = lr / math.sqrt(k + 1.0) if sqrt_schedule else lr
+        _step(WZ, B, A, R, gram, log_scale, rate, normalized, eps, lanes, L)
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
+    """`_body` on every lane of X (n, T, d, L)."""
+    _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, X.shape[3])
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run_one(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
+    """`_body` on one problem (X (n, T, d, 1)), compiled for one lane: no loop over lanes is left."""
+    _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, 1)
 
 
 def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, lr: float, normalized: bool,
@@ -491,7 +532,7 @@ def _lanes(batch: tuple) -> tuple[int, int, partial]:
     """The number of problems in ``batch``, that number rounded up to a whole number of vectors (``padded``), and
     `_lanes_last` for them: the layout of the compiled loops' arrays."""
     size = int(np.prod(batch))
-    padded = -(-size // LANES) * LANES  # the last problem repeated up to a whole vector
+    padded = -(-size // LANES) * LANES if size > 1 else 1  # the last problem repeated up to a whole vector
     return size, padded, partial(_lanes_last, batch=batch, size=size, padded=padded)
 
 
@@ -508,16 +549,18 @@ def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normaliz
     d = problem.d
     return _in_blocks(_run, problem, head, (W0,), (LOSS_CODES[loss], float(lr), normalized, float(eps),
                                                   sqrt_schedule, np.asarray(record, dtype=np.int64)),
-                      len(record), ((d, d), (problem.n, problem.T), ()))
+                      len(record), ((d, d), (problem.n, problem.T), ()), run_one=_run_one)
 
 
-def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, records: int,
-               shapes: tuple) -> tuple[torch.Tensor, ...]:
+def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, records: int, shapes: tuple,
+               run_one=None) -> tuple[torch.Tensor, ...]:
     """The records of a compiled loop `run` (`_run`'s arguments: the problem's X, Y, Z, the head's U, XV, the
     ``starts``, ``options``, then the arrays it records into, one per shape of ``shapes``), called on BLOCK
-    problems at a time, lanes last; each record as a tensor (records, *batch, *shape)."""
+    problems at a time, lanes last (`run_one`, the loop compiled for one lane, where there is one problem);
+    each record as a tensor (records, *batch, *shape)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size, padded, lanes_last = _lanes(batch)
+    run = run_one if padded == 1 and run_one is not None else run
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     if isinstance(head, heads.ReLU):
         V = lanes_last(head.V, head.V.shape[-2:])

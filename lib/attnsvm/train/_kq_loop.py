@@ -33,23 +33,23 @@ __all__: list[str] = []  # `train.gd` runs it (param="KQ")
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _move(P, G, log_scale, lr, normalized, eps, lanes):
+def _move(P, G, log_scale, lr, normalized, eps, lanes, L):
     """P -= factor G on every lane: the step of `train.gd` on one factor (K or Q) for its gradient
     e^{log scale} G, normalized by its own norm (`_cpu_loop._factor`)."""
-    rows, columns, L = G.shape
-    _scaled_products(G, G, lanes)  # ||G||_F^2 = SCALE^2 NORM
-    _factor(lanes, log_scale, lr, normalized, eps)
+    rows, columns = G.shape[:2]
+    _scaled_products(G, G, lanes, L)  # ||G||_F^2 = SCALE^2 NORM
+    _factor(lanes, log_scale, lr, normalized, eps, L)
     for a in range(rows):
         for c in range(columns):
             for b in range(L):
                 P[a, c, b] -= lanes[FACTOR, b] * G[a, c, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks):
-    """Every lane's run to step record[-1] from (K0, Q0) (d, m, L), lanes last as `_cpu_loop._run`; the iterates
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks, L):
+    """Every lane's run to step record[-1] from (K0, Q0) (d, m, L), lanes last as `_cpu_loop._body`; the iterates
     at the steps `record` go to Ks and Qs (records, L, d, m), probs and risks."""
-    n, T, d, L = X.shape
+    n, T, d = X.shape[:3]
     m = K0.shape[1]
     K, Q, G_K, G_Q = K0.copy(), Q0.copy(), np.empty((d, m, L)), np.empty((d, m, L))
     WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
@@ -57,11 +57,11 @@ def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule
     u, hidden, log_scale, lanes = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L), np.empty((7, L))
     r = 0
     for k in range(record[-1] + 1):
-        _products(Z, Q, QZ)  # QZ[i] = Q^T z_i
-        _row_products(QZ, K, WZ)  # WZ[i] = K Q^T z_i = W z_i
-        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
+        _products(Z, Q, QZ, L)  # QZ[i] = Q^T z_i
+        _row_products(QZ, K, WZ, L)  # WZ[i] = K Q^T z_i = W z_i
+        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L)
         if k == record[r]:
-            _record_outputs(r, loss, Y, outputs, s, probs, risks)
+            _record_outputs(r, loss, Y, outputs, s, probs, risks, L)
             for b in range(L):
                 for a in range(d):
                     for c in range(m):
@@ -69,13 +69,13 @@ def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule
             r += 1
             if r == len(record):
                 break
-        _outer_sums(A, QZ, G_K)  # dL/dK = G Q, over e^{log scale}
-        _products(A, K, KA)  # KA[i] = K^T A_i
-        _outer_sums(Z, KA, G_Q)  # dL/dQ = G^T K, over e^{log scale}
+        _outer_sums(A, QZ, G_K, L)  # dL/dK = G Q, over e^{log scale}
+        _products(A, K, KA, L)  # KA[i] = K^T A_i
+        _outer_sums(Z, KA, G_Q, L)  # dL/dQ = G^T K, over e^{log scale}
         if ridge > 0:  # the true gradients (log scale 0) plus the ridge's, as the torch loop takes them
             for b in range(L):
                 lanes[FACTOR, b] = log_scale[b]
-            _exp(lanes, (FACTOR,))
+            _exp(lanes, (FACTOR,), L)
             for a in range(d):
                 for c in range(m):
                     for b in range(L):
@@ -84,8 +84,21 @@ def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule
             for b in range(L):
                 log_scale[b] = 0.0
         rate = lr / math.sqrt(k + 1.0) if sqrt_schedule else lr
-        _move(K, G_K, log_scale, rate, normalized, eps, lanes)
-        _move(Q, G_Q, log_scale, rate, normalized, eps, lanes)
+        _move(K, G_K, log_scale, rate, normalized, eps, lanes, L)
+        _move(Q, G_Q, log_scale, rate, normalized, eps, lanes, L)
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks):
+    """`_body` on every lane of X (n, T, d, L)."""
+    _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks,
+          X.shape[3])
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run_one(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks):
+    """`_body` on one problem (X (n, T, d, 1)), compiled for one lane."""
+    _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks, 1)
 
 
 def _gd(problem: Problem, K0: torch.Tensor, Q0: torch.Tensor, head, loss: str, lr: float, normalized: bool,
@@ -97,5 +110,5 @@ def _gd(problem: Problem, K0: torch.Tensor, Q0: torch.Tensor, head, loss: str, l
     options = (LOSS_CODES[loss], float(lr), normalized, float(eps), float(ridge), sqrt_schedule,
                np.asarray(record, dtype=np.int64))
     K, Q, probs, risk = _in_blocks(_run, problem, head, (K0, Q0), options, len(record),
-                                   ((d, m), (d, m), (problem.n, problem.T), ()))
+                                   ((d, m), (d, m), (problem.n, problem.T), ()), run_one=_run_one)
     return K @ Q.transpose(-2, -1), K, Q, probs, risk

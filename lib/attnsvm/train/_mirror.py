@@ -220,7 +220,8 @@ def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: st
     for start in range(0, padded, BLOCK):
         block = slice(start, start + BLOCK)
         recorded = [np.empty(a[:, block].shape) for a in (Ws, Ks, Qs, probs, f)]
-        _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, K0, Q0, log_eps)), len(params) == 2,
+        run = _run_one if padded == 1 else _run
+        run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, K0, Q0, log_eps)), len(params) == 2,
              LOSS_CODES[loss], float(lr), float(p), np.asarray(record, dtype=np.int64), *recorded)
         for a, values in zip((Ws, Ks, Qs, probs, f), recorded):
             a[:, block] = values
@@ -264,37 +265,37 @@ def _signed_powers(source, target, a):
         y[j] = math.copysign(y[j], x[j])
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _products(left, right, out):
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _products(left, right, out, L):
     """out[i] = left[i] right on every lane: out[i, j] = sum_c left[i, c] right[c, j]."""
     for i in range(left.shape[0]):
         for j in range(right.shape[1]):
-            for b in range(out.shape[2]):
+            for b in range(L):
                 out[i, j, b] = 0.0
             for c in range(left.shape[1]):
-                for b in range(out.shape[2]):
+                for b in range(L):
                     out[i, j, b] += left[i, c, b] * right[c, j, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _outer_sums(left, right, out):
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _outer_sums(left, right, out, L):
     """out = sum_i left[i] right[i]^T on every lane: out[a, j] = sum_i left[i, a] right[i, j]."""
     for a in range(left.shape[1]):
         for j in range(right.shape[1]):
-            for b in range(out.shape[2]):
+            for b in range(L):
                 out[a, j, b] = 0.0
     for i in range(left.shape[0]):
         for a in range(left.shape[1]):
             for j in range(right.shape[1]):
-                for b in range(out.shape[2]):
+                for b in range(L):
                     out[a, j, b] += left[i, a, b] * right[i, j, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch):
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch, L):
     """One step of one parameter w on every lane, for the gradient e^{log_scale} G: the mirror step of `_Mirror`
     on its dual variable theta (then w = its primal), or for p = 0 sign descent (theta is w)."""
-    rows, columns, L = G.shape
+    rows, columns = G.shape[:2]
     if p == 0.0:
         for a in range(rows):
             for c in range(columns):
@@ -333,12 +334,12 @@ def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch):
     _signed_powers(theta, w, 1.0 / (p - 1.0))
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, L):
     """Every lane's run (lanes last: X (n, T, d, L), K0 (d, m, L), ...) of mirror descent with exponent p, or of
     sign descent for p = 0, on W = K0 or, where kq, on (K, Q) from (K0, Q0), with the gradient of
     `_cpu_loop._gradient`; records W, K, Q, the attention and the outputs f at the steps `record` (lanes first)."""
-    n, T, d, L = X.shape
+    n, T, d = X.shape[:3]
     m = K0.shape[1]
     K, Q, theta_K, theta_Q = K0.copy(), Q0.copy(), np.empty((d, m, L)), np.empty((d, m, L))
     if p == 0.0:
@@ -354,14 +355,14 @@ def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, p
     r = 0
     for k in range(record[-1] + 1):
         if kq:
-            _products(Z, Q, QZ)  # QZ[i] = Q^T z_i
-            _row_products(QZ, K, WZ)  # WZ[i] = K Q^T z_i
+            _products(Z, Q, QZ, L)  # QZ[i] = Q^T z_i
+            _row_products(QZ, K, WZ, L)  # WZ[i] = K Q^T z_i
         else:
-            _row_products(Z, K, WZ)  # WZ[i] = W z_i
-        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes)
+            _row_products(Z, K, WZ, L)  # WZ[i] = W z_i
+        _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L)
         if k == record[r]:
             if kq:
-                _row_products(K, Q, W)
+                _row_products(K, Q, W, L)
             for b in range(L):
                 for a in range(d):
                     for c in range(d):
@@ -376,14 +377,26 @@ def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, p
             if r == len(record):
                 break
         if kq:  # dL/dK = G Q = sum_i A_i (Q^T z_i)^T, dL/dQ = G^T K = sum_i z_i (K^T A_i)^T
-            _outer_sums(A, QZ, G_K)
-            _products(A, K, KA)
-            _outer_sums(Z, KA, G_Q)
-            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch)
-            _update(theta_Q, Q, G_Q, p, lr, log_scale, log_eps, buffer, scratch)
+            _outer_sums(A, QZ, G_K, L)
+            _products(A, K, KA, L)
+            _outer_sums(Z, KA, G_Q, L)
+            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch, L)
+            _update(theta_Q, Q, G_Q, p, lr, log_scale, log_eps, buffer, scratch, L)
         else:  # dL/dW = G = sum_i A_i z_i^T
-            _outer_sums(A, Z, G_K)
-            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch)
+            _outer_sums(A, Z, G_K, L)
+            _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch, L)
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
+    """`_body` on every lane of X (n, T, d, L)."""
+    _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, X.shape[3])
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _run_one(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
+    """`_body` on one problem (X (n, T, d, 1)), compiled for one lane."""
+    _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, 1)
 
 
 class _Mirror:
