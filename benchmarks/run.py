@@ -10,6 +10,7 @@ are timed on a stated fraction of the work and scaled up; the table says so. Not
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import attnsvm  # noqa: I001 (first: it pins the CPU code paths before numpy and torch load)
@@ -31,6 +33,8 @@ import reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = []
+CVXPY = "cvxpy + Clarabel, rebuilt per problem, one constraint per token pair"
+AUTOGRAD = "autograd through softmax, one problem at a time"
 
 
 def timed(function, repeats: int = 3):
@@ -43,9 +47,9 @@ def timed(function, repeats: int = 3):
     return statistics.median(times), result
 
 
-def row(case: str, ref: float | None, lib: float, agreement: str, note: str = "") -> None:
+def row(case: str, ref: float | None, lib: float, agreement: str, note: str = "", *, reference_is: str = "-") -> None:
     ratio = (f"{ref / lib:,.0f}x" if ref / lib >= 10 else f"{ref / lib:.2g}x") if ref else "-"  # 0.52x, not 1x
-    ROWS.append((case, _seconds(ref), _seconds(lib), ratio, agreement, note))
+    ROWS.append((case, reference_is, _seconds(ref), _seconds(lib), ratio, agreement, note))
     print(f"  {case}: reference {_seconds(ref)}, library {_seconds(lib)}, ratio {ratio}; {agreement} {note}",
           flush=True)
 
@@ -72,7 +76,7 @@ def single_solves(repeats: int) -> None:
             objective = abs(size - np.linalg.norm(W_ref, "fro" if norm == "fro" else "nuc")) / size
             direction = np.abs(_unit(W_ref) - _unit(W_lib)).max()
             row(f"one {'Frobenius' if norm == 'fro' else 'nuclear'} Att-SVM, (n,T,d)={shape}", t_ref, t_lib,
-                f"direction {direction:.0e}, objective {objective:.0e}")
+                f"direction {direction:.0e}, objective {objective:.0e}", reference_is=CVXPY)
 
 
 def batch_of_solves(repeats: int) -> None:
@@ -82,7 +86,7 @@ def batch_of_solves(repeats: int) -> None:
         t_ref, W_ref = timed(lambda: [reference.att_svm(X[b], Z[b], alpha[b], norm) for b in range(100)], 1)
         t_lib, W_lib = timed(lambda: svm.att_svm(X, Z, alpha, norm), repeats)
         row(f"100 {name} Att-SVMs, (6,8,10)", t_ref, t_lib,
-            f"direction {np.abs(_unit(np.stack(W_ref)) - _unit(W_lib)).max():.0e}")
+            f"direction {np.abs(_unit(np.stack(W_ref)) - _unit(W_lib)).max():.0e}", reference_is=CVXPY)
 
 
 def e41(share: int) -> None:
@@ -103,11 +107,13 @@ def e41(share: int) -> None:
             starts = {"W0": init[b]} if param == "W" else {"K0": init[0][b], "Q0": init[1][b]}
             W = reference.gd(X, Y, Z, v, steps=2000, lr=0.1, **starts)
             alpha = torch.softmax(torch.einsum("ntd,de,ne->nt", X, W[-1], Z), -1).argmax(-1).numpy()
-            return W, reference.att_svm(X.numpy(), Z.numpy(), alpha), reference.att_svm(X.numpy(), Z.numpy(), alpha, "nuc")
+            X_, Z_ = X.numpy(), Z.numpy()
+            return W, reference.att_svm(X_, Z_, alpha), reference.att_svm(X_, Z_, alpha, "nuc")
         t_ref, ref_runs = timed(lambda: [ref_run(b) for b in range(share)], 1)
         early = max(np.abs(_unit(ref_runs[b][0][100]) - _unit(run.W[1, b])).max() for b in range(share))
         row(f"E4.1 GD on {param} + SVMs, 100 runs x 2000 it.", t_ref * 100 / share, t_lib,
-            f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})")
+            f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})",
+            reference_is=f"{AUTOGRAD}; {CVXPY} for the SVMs")
 
 
 def e22(share: int) -> None:
@@ -129,7 +135,8 @@ def e22(share: int) -> None:
         spectra = results[n, T, d]
         estimate += (check * spectra.draws + solve * spectra.values.shape[1]) / share
     row("E2.2 rank grid, 40 points x 100 feasible", estimate, t_lib, "ranks: see Chapter 2",
-        f"(2 processes; reference estimated from {share} solves per point)")
+        f"(2 processes; reference estimated from {share} solves per point)",
+        reference_is=f"{CVXPY}, for the feasibility check and the nuclear-norm SVM")
 
 
 def e51(share: int) -> float:
@@ -155,7 +162,8 @@ def e51(share: int) -> float:
         return early
     t_ref, early = timed(ref, 1)
     row("E5.1 GD sweep, 4 x 1000 runs x 2001 it.", t_ref * candidates / share, t_lib,
-        f"W(100) direction {early:.0e}", f"(reference: {share} runs per d, x{candidates // share})")
+        f"W(100) direction {early:.0e}", f"(reference: {share} runs per d, x{candidates // share})",
+        reference_is=AUTOGRAD)
     return t_ref / (4 * share)
 
 
@@ -172,7 +180,7 @@ def e51_search(reference_per_run: float) -> None:
     seconds = time.perf_counter() - start
     row(f"E5.1 full search, 500 accepted per d ({tried:,} candidates, {workers} processes)",
         reference_per_run * tried * 7 / 8, seconds, "the stored seeds" if same else "DIFFERENT SEEDS",
-        "(reference: the row above's time per run x 7/8 of the candidates)")
+        "(reference: the row above's time per run x 7/8 of the candidates)", reference_is=AUTOGRAD)
 
 
 def chapter(name: str) -> None:
@@ -185,7 +193,7 @@ def chapter(name: str) -> None:
         start = time.perf_counter()
         subprocess.run([bin_dir / "jupyter", "execute", "--inplace", target], check=True, capture_output=True)
         row(f"chapter {name}, executed", None, time.perf_counter() - start, "asserts pass",
-            "(official notebook for E4.1 alone: ~7 min, per the issue; not run here)")
+            "(the authors' notebook for E4.1 alone: ~7 min; not run here)")
 
 
 def gd_floor() -> None:
@@ -210,19 +218,47 @@ def gd_floor() -> None:
         print(f"  GD step ({engine}), (6,8,10), batch {B}: {per * 1e6:.2f} us per iteration per problem; "
               f"arithmetic floor {floor * 1e6:.3f} us ({flops} flop at a measured {rate / 1e9:.1f} GFLOP/s float64 "
               f"matmul): {ratio:.1f}x the floor", flush=True)
-        ROWS.append((f"GD step per problem, {engine} engine, (6,8,10), batch {B}", "-", f"{per * 1e6:.2f} us", "-",
+        ROWS.append((f"GD step per problem, {engine} engine, (6,8,10), batch {B}", "-", "-", f"{per * 1e6:.2f} us", "-",
                      f"floor {floor * 1e6:.3f} us: {ratio:.1f}x", f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
 
 
-def gd_small_batches() -> None:
-    """The compiled engine's time per step on small batches: it runs the problems as vector lanes, so below a
-    few dozen problems a step costs about the same whatever their number (the loops' overhead)."""
-    for B in (1, 16):
+def one_problem(repeats: int) -> None:
+    """Time per step on ONE problem (6, 8, 10), as a researcher calls the library: gradient descent on W in the
+    loop compiled for one lane (against the batched torch loop, `engine="torch"`), on (K, Q), mirror descent
+    (p = 1.75), Polyak steps and, on Chapter 10's six sequences (n, T, d) = (6, 4, 8), next-token gradient
+    descent, each with its ratio to the W step; then W on 4 and 16 problems. 2000 steps, after an untimed call
+    (the first call of a process loads the loop from Numba's cache)."""
+    problem, steps = data.random_problem(6, 8, 10, seed=0), 2000
+    ids = [[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 4, 0], [1, 3, 4, 0], [2, 3, 5, 0], [3, 4, 5, 0]]
+    six = causal.ntp_problem(ids, [1, 1, 2, 1, 2, 3], d=8, seed=0, K=6)
+    runs = {"gradient descent on W": lambda: train.gd(problem, steps=steps, lr=0.1, record_every=steps),
+            "gradient descent on (K, Q)": lambda: train.gd(problem, param="KQ", steps=steps, lr=0.1,
+                                                          record_every=steps),
+            "mirror descent, p = 1.75": lambda: train.mirror_descent(problem, p=1.75, steps=steps, lr=0.1,
+                                                                      record_every=steps),
+            "Polyak steps": lambda: train.polyak(problem, steps=steps, record_every=steps),
+            "next-token GD, six sequences (6, 4, 8)": lambda: causal.ntp_gd(six, steps=steps, lr=0.01,
+                                                                             record_every=steps)}
+    per_step = {}
+    for name, run in runs.items():
+        run()
+        per_step[name] = timed(run, repeats)[0] / steps
+    torch_step = timed(lambda: train.gd(problem, steps=200, lr=0.1, record_every=200, engine="torch"), 1)[0] / 200
+    W_step = per_step["gradient descent on W"]
+    ROWS.append(("one problem (6,8,10), gradient descent on W, per step", "the library's torch loop (engine='torch')",
+                 f"{torch_step * 1e6:.0f} us", f"{W_step * 1e6:.2f} us", f"{torch_step / W_step:.0f}x", "-",
+                 "the loop compiled for one lane"))
+    for name, seconds in per_step.items():
+        print(f"  one problem, {name}: {seconds * 1e6:.2f} us per step, {seconds / W_step:.2g}x the W step",
+              flush=True)
+        if name != "gradient descent on W":
+            ROWS.append((f"one problem, {name}, per step", "-", "-", f"{seconds * 1e6:.2f} us", "-",
+                         f"{seconds / W_step:.2g}x the W step", "compiled loop"))
+    for B in (4, 16):
         problems = data.random_problem(6, 8, 10, seed=0, batch=B)
-        train.gd(problems, steps=1, lr=0.1, engine="compiled")
-        seconds, _ = timed(lambda: train.gd(problems, steps=2000, lr=0.1, record_every=2000, engine="compiled"), 3)
-        print(f"  GD step (compiled), (6,8,10), batch {B}: {seconds / 2000 * 1e6:.1f} us per step", flush=True)
-        ROWS.append((f"GD step, compiled engine, (6,8,10), batch {B}", "-", f"{seconds / 2000 * 1e6:.1f} us", "-",
+        seconds = timed(lambda: train.gd(problems, steps=steps, lr=0.1, record_every=steps), repeats)[0] / steps
+        print(f"  GD step (compiled), (6,8,10), batch {B}: {seconds * 1e6:.1f} us per step", flush=True)
+        ROWS.append((f"GD step on W, compiled engine, (6,8,10), batch {B}", "-", "-", f"{seconds * 1e6:.1f} us", "-",
                      "per step, all problems", ""))
 
 
@@ -242,7 +278,8 @@ def gd_kq(repeats: int) -> None:
         same = float((compiled.selection() == reference.selection()).all(-1).double().mean())
         row(f"GD on (K, Q), (6,8,10), batch {batch}, {steps} it.", t_ref, t_lib,
             f"W(100) rel. diff {_rel(compiled.W[1], reference.W[1]):.0e}, same selection in {same:.0%}",
-            f"(reference: the torch loop; per step {t_ref / steps * 1e6:.0f} vs {t_lib / steps * 1e6:.0f} us)")
+            f"(per step {t_ref / steps * 1e6:.0f} vs {t_lib / steps * 1e6:.0f} us)",
+            reference_is="the library's batched torch loop (train.gd(engine='torch'))")
 
 
 def mirror(share: int) -> None:
@@ -265,7 +302,19 @@ def mirror(share: int) -> None:
     t_ref, ref_runs = timed(lambda: [ref_run(b) for b in range(share)], 1)
     early = max(np.abs(_unit(ref_runs[b][0][100]) - _unit(run.W[1, b])).max() for b in range(share))
     row("MD (p = 1.75) on W + lp SVMs, 100 runs x 1500 it.", t_ref * 100 / share, t_lib,
-        f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})")
+        f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})",
+        reference_is="the authors' loop (autograd, ||g||_q + eps), one problem at a time; cvxpy pnorm for the SVMs")
+
+
+def _processor() -> str:
+    """The processor's model name (from /proc/cpuinfo on Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _rel(A, B) -> float:
@@ -279,12 +328,14 @@ def polyak(repeats: int) -> None:
     reference is the plain rule (L - L* and the gradient by autograd, in float64), which stops moving once L - L*
     has no digit left (Chapter 9); the agreement is W(k) before that, and the step where it stalls."""
     problem = data.equal_scores_problem(6, 4, 8, seed=0)
+    train.polyak(problem, steps=1)  # compile, or load from Numba's cache, outside the timing
     t_lib, run = timed(lambda: train.polyak(problem, steps=300), repeats)
     t_ref, W = timed(lambda: reference.polyak(problem.X, problem.Y, problem.Z, problem.v, steps=300), repeats)
     W, stall = W.numpy(), int(np.argmax(np.all(W.numpy()[1:] == W.numpy()[:-1], axis=(1, 2))))
     row("Polyak steps on W, ch. 9 problem (6,4,8), 300 it.", t_ref, t_lib,
         f"W(10) rel. diff {_rel(run.W[10], W[10]):.0e}, W(20) {_rel(run.W[20], W[20]):.0e}",
-        f"(one problem, as in the chapter; the reference stalls at k = {stall}, its L - L* spent)")
+        f"(one problem, as in the chapter; the reference stalls at k = {stall}, its L - L* spent)",
+        reference_is="the plain rule: L - L* and the gradient by autograd, in float64")
 
 
 def diagonal_gd(share: int) -> None:
@@ -307,19 +358,25 @@ def diagonal_gd(share: int) -> None:
     part = 100 * (1 + int((diff > 1e-6).any(0).argmax())) if (diff > 1e-6).any() else None
     row("diagonal GD on (k, q), ch. 11, 2 starts x 5 problems x 20,000 it.", t_ref * 10 * 5 / share, t_lib,
         f"w(1000) rel. diff {diff[:, 9].max():.0e}; paths part by k = {part} (as a softmax saturates in float64)",
-        f"(reference: {share} problem(s) per start x 2000 it., x{10 * 5 // share})")
+        f"(reference: {share} problem(s) per start x 2000 it., x{10 * 5 // share})",
+        reference_is="autograd on (k, q), one problem at a time")
 
 
-def ntp_gd() -> None:
-    """Chapter 10's six-sequence example: 20,000 normalized steps of lr 0.01 from W = 0. The reference (autograd
-    through softmax and -log of the label's attention mass) runs the first 2000 steps and is scaled by 10."""
+def ntp_gd(repeats: int) -> None:
+    """Chapter 10's six-sequence example: 20,000 normalized steps of lr 0.01 from W = 0, in ntp_gd's compiled loop
+    (its default engine; a first call outside the timing loads it). The reference (autograd through softmax and
+    -log of the label's attention mass, one step of torch operations at a time) runs the first 2000 steps and is
+    scaled by 10. Near step 1950 the run starts to amplify round-off by about 1.3 a step (towards its period-two
+    swing), so the agreement is W(1000) and W(1500)."""
     ids = [[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 4, 0], [1, 3, 4, 0], [2, 3, 5, 0], [3, 4, 5, 0]]
     six = causal.ntp_problem(ids, [1, 1, 2, 1, 2, 3], d=8, seed=0, K=6)
-    t_lib, run = timed(lambda: causal.ntp_gd(six, steps=20_000, lr=0.01, record_every=1000), 1)
+    causal.ntp_gd(six, steps=1, lr=0.01, engine="compiled")
+    t_lib, run = timed(lambda: causal.ntp_gd(six, steps=20_000, lr=0.01, record_every=500, engine="compiled"),
+                       repeats)
     t_ref, W = timed(lambda: reference.ntp_gd(six.ids, six.labels, six.embeddings, steps=2000, lr=0.01), 1)
     row("next-token GD on W, ch. 10 six sequences, 20,000 it.", t_ref * 10, t_lib,
-        f"W(1000) rel. diff {_rel(run.W[1], W[1000]):.0e}, W(2000) {_rel(run.W[2], W[2000]):.0e}",
-        "(reference: 2000 it., x10)")
+        f"W(1000) rel. diff {_rel(run.W[2], W[1000]):.0e}, W(1500) {_rel(run.W[3], W[1500]):.0e}",
+        "(reference: 2000 it., x10)", reference_is="autograd through softmax and -log of the label's mass")
 
 
 def spectral_svm(repeats: int) -> None:
@@ -332,7 +389,8 @@ def spectral_svm(repeats: int) -> None:
     t_ref, W_ref = timed(lambda: [reference.spectral_svm(X[b], Z[b], a[b]) for b in range(5)], repeats)
     value = np.linalg.norm(W_lib, 2, axis=(-2, -1))
     gap = np.abs(value - np.linalg.norm(np.stack(W_ref), 2, axis=(-2, -1))) / value
-    row("5 spectral-norm Att-SVMs, (6,4,6)", t_ref, t_lib, f"sigma_max rel. diff {gap.max():.0e}")
+    row("5 spectral-norm Att-SVMs, (6,4,6)", t_ref, t_lib, f"sigma_max rel. diff {gap.max():.0e}",
+        reference_is="cvxpy sigma_max + Clarabel, rebuilt per problem")
 
 
 def graph_svm(repeats: int) -> None:
@@ -345,7 +403,8 @@ def graph_svm(repeats: int) -> None:
     t_ref, W_ref = timed(lambda: [reference.graph_svm(p.ids.tolist(), p.labels.tolist(), p.embeddings.numpy())
                                   for p in cases], repeats)
     row("2 graph SVMs (Frobenius), ch. 10 examples", t_ref, t_lib,
-        f"W rel. diff {max(_rel(a, b) for a, b in zip(W_lib, W_ref)):.0e}")
+        f"W rel. diff {max(_rel(a, b) for a, b in zip(W_lib, W_ref)):.0e}",
+        reference_is="networkx components, then cvxpy + Clarabel with one constraint per (sequence, token)")
 
 
 def diagonal_svm(repeats: int) -> None:
@@ -359,7 +418,8 @@ def diagonal_svm(repeats: int) -> None:
     value = np.abs(w_lib).sum(-1)
     row("5 l1 diagonal Att-SVMs, (5,2,12)", t_ref, t_lib,
         f"l1 norm rel. diff {(np.abs(value - np.abs(w_ref).sum(-1)) / value).max():.0e}, "
-        f"largest entry diff {np.abs(w_lib - w_ref).max():.0e}")
+        f"largest entry diff {np.abs(w_lib - w_ref).max():.0e}",
+        reference_is="cvxpy norm1 + Clarabel, rebuilt per problem")
 
 
 def main() -> None:
@@ -367,13 +427,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller reference shares")
     args = parser.parse_args()
     attnsvm.setup(seed=0)
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), "
-          f"Python {platform.python_version()}", flush=True)
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = (f"{_processor()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), Python "
+               f"{platform.python_version()}, torch {torch.__version__}; load average at the start "
+               f"{os.getloadavg()[0]:.1f}")
+    print(f"machine: {machine}", flush=True)
     repeats = 1 if args.quick else 5
     single_solves(repeats)
     batch_of_solves(repeats)
     gd_floor()
-    gd_small_batches()
+    one_problem(repeats)
     gd_kq(repeats)
     e41(share=2 if args.quick else 10)
     e22(share=2 if args.quick else 10)
@@ -381,14 +444,35 @@ def main() -> None:
     mirror(share=2 if args.quick else 10)
     polyak(repeats)
     diagonal_gd(share=1 if args.quick else 5)
-    ntp_gd()
+    ntp_gd(repeats)
     spectral_svm(repeats)
     graph_svm(repeats)
     diagonal_svm(repeats)
-    chapter("04_local_convergence")
-    print("\n| case | reference | library | ratio | same answer | note |\n|---|---|---|---|---|---|")
-    for cells in ROWS:
-        print("| " + " | ".join(cells) + " |")
+    chapter("04r_local_experiments")
+    table = _table(ROWS)
+    print("\n" + table)
+    store(machine, started, table)
+
+
+def _table(rows: list) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| case | the reference | reference | library | ratio | same answer | note |",
+             "|---|---|---|---|---|---|---|"]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
+def store(machine: str, started: str, table: str) -> None:
+    """Write the run to benchmarks/results.json (the status page shows it) and its table into README.md between
+    the markers BENCH_START and BENCH_END, so that both show the same run."""
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    (ROOT / "benchmarks" / "results.json").write_text(json.dumps(
+        {"machine": machine, "started": started, "load_at_end": load, "table": table}, indent=1) + "\n")
+    readme = (ROOT / "README.md").read_text()
+    start, end = readme.index(BENCH_START) + len(BENCH_START), readme.index(BENCH_END)
+    (ROOT / "README.md").write_text(f"{readme[:start]}\n{table}\n{readme[end:]}")
+
+
+BENCH_START, BENCH_END = "<!-- make bench: start -->", "<!-- make bench: end -->"
 
 
 if __name__ == "__main__":

@@ -37,3 +37,16 @@ def test_a_new_address_reaches_every_place(monkeypatch):
     assert sum('repo = "https://github.com/someone/fork"' in text for text in pages) >= 15
     assert any("note   = {https://github.com/someone/fork}" in text for text in pages)
     assert not any("attnsvm/attention-max-margin-book" in text for text in files.values())
+
+
+def test_the_readme_and_the_status_page_show_the_same_benchmark_run():
+    """`make bench` writes its table into README.md between two markers and into benchmarks/results.json, which
+    the status page shows: both must hold the same run."""
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- make bench: start -->", "<!-- make bench: end -->"
+    shown = readme[readme.index(start) + len(start):readme.index(end)].strip()
+    stored = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    assert shown == stored["table"].strip()
+    assert "benchmarks/results.json" in (ROOT / "book_src" / "status.md").read_text()

@@ -578,7 +578,8 @@ def define_registry() -> None:  # noqa: C901 (one line per public name)
         **{k: SKIP for k in gd_kinds if k not in ("problem", "steps", "lr", "init", "ridge")})
     add("train.gd_prompt", lambda: train.gd_prompt, lambda: dict(problem=F.P, key=F.EYE, steps=20, lr=0.5),
         problem=problem(needs_Z=False), key=array(), steps=size, lr=number("positive"), normalized=flag,
-        init=array(like=torch.zeros(2, dtype=torch.float64)), record_every=bound, loss=option(*model.LOSSES))
+        init=array(like=torch.zeros(2, dtype=torch.float64)), record_every=bound, loss=option(*model.LOSSES),
+        engine=option("auto", "compiled", "torch"))
     add("train.gd_joint", lambda: train.gd_joint,
         lambda: dict(problem=F.P, key=F.EYE, steps=20, lr=0.1, init_p=torch.zeros(2, dtype=torch.float64),
                      init_v=torch.full((2,), 0.1, dtype=torch.float64)),
@@ -808,7 +809,8 @@ def define_new_registry() -> None:
         normalized=flag, record_every=bound, loss=option(*model.LOSSES))
     add("train.polyak", lambda: train.polyak, lambda: dict(problem=F.P, steps=10), problem=problem(), steps=size,
         init=both(option("zeros", "uniform", None), array(like=torch.eye(2))), record_every=bound,
-        loss=option(*model.LOSSES), gradient=option(*train.POLYAK_GRADIENTS), seed=seed)
+        loss=option(*model.LOSSES), gradient=option(*train.POLYAK_GRADIENTS), seed=seed,
+        engine=option("auto", "compiled", "torch"))
     add("train.optimal_loss", lambda: train.optimal_loss, lambda: dict(problem=F.P), problem=problem(needs_Z=False),
         loss=option(*model.LOSSES))
     add("train.log_loss_gap", lambda: train.log_loss_gap, lambda: dict(problem=F.P, W=F.W),

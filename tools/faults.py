@@ -149,10 +149,10 @@ def recompile(module, name: str, old: str, new: str, callers: tuple = ()) -> Non
 
 
 def torch_loop_only() -> None:
-    """Route every training of W and of (K, Q) through the torch loop of `train.gd`: the compiled engines compute
-    the gradient themselves and would bypass a fault in the Python gradient. Its W loop returns what `compiled.gd`
-    returns."""
-    from functools import reduce
+    """Route every training of W, of (K, Q) and of paper B's p through the torch loops: the compiled engines
+    compute the gradient themselves and would bypass a fault in the Python gradient. Its W loop returns what
+    `compiled.gd` returns."""
+    from functools import partial, reduce
     from math import gcd
 
     import attnsvm.train._cpu_loop as compiled
@@ -173,6 +173,8 @@ def torch_loop_only() -> None:
     from attnsvm.train import _mirror as mirror
     # mirror descent's compiled loop takes neither the torch loop's maps nor its step: run the torch loop
     patch(mirror, "_train", lambda original: lambda *arguments: original(*arguments[:-1], "torch"))
+    # paper B's query p trains in its own compiled loop (_prompt_loop) unless told otherwise
+    patch(train, "gd_prompt", lambda original: partial(original, engine="torch"))
 
 
 @fault(is_control=True)
@@ -624,7 +626,7 @@ def compiled_dual_exponent():
     """The compiled mirror-descent engine (`_update`, the step the chapters run) takes the dual exponent
     q = p / (p + 1) instead of p / (p - 1) (a sign slip): it normalizes the step in the wrong (quasi-)norm."""
     from attnsvm.train import _mirror as mirror
-    recompile(mirror, "_update", "q = p / (p - 1.0)", "q = p / (p + 1.0)", callers=("_run",))
+    recompile(mirror, "_update", "q = p / (p - 1.0)", "q = p / (p + 1.0)", callers=("_run", "_run_one"))
 
 
 @fault("08_mirror_descent",
@@ -634,7 +636,7 @@ def compiled_inverse_map():
     its inverse's: w = sign(theta) |theta|^(p - 1), not |theta|^(1/(p - 1)) (the same for p = 2 only)."""
     from attnsvm.train import _mirror as mirror
     recompile(mirror, "_update", "_signed_powers(theta, w, 1.0 / (p - 1.0))", "_signed_powers(theta, w, p - 1.0)",
-              callers=("_run",))
+              callers=("_run", "_run_one"))
 
 
 @fault("08_mirror_descent")
@@ -673,11 +675,20 @@ def polyak_without_gap():
             saved = steps._log_loss_gap, steps.optimal_loss
             steps._log_loss_gap, steps.optimal_loss = log_loss, zero
             try:
-                return original(problem, **options)
+                return original(problem, **{**options, "engine": "torch"})  # the compiled loop has its own gap
             finally:
                 steps._log_loss_gap, steps.optimal_loss = saved
         return polyak
     patch(steps, "polyak", make)
+
+
+@fault("09_rates", "tests/lib/test_polyak_compiled.py::test_each_step_from_zero_agrees_with_the_torch_loop")
+def compiled_polyak_sum_not_mean():
+    """The compiled Polyak engine (`_polyak_loop._log_gap`) takes log(L - L*) of the sum of the sequences'
+    excesses, not their mean (the 1/n dropped): every step n times too long."""
+    from attnsvm.train import _polyak_loop as loop
+    recompile(loop, "_log_gap", "log_gap[b] = rows[PEAK, b] + rows[SUM, b] - math.log(n)",
+              "log_gap[b] = rows[PEAK, b] + rows[SUM, b]", callers=("_run",))
 
 
 @fault("10_next_token", "tests/lib/test_next_token.py::test_graph_svm_matches_cvxpy")

@@ -145,7 +145,8 @@ SPECS = {
         causal.ntp_gd, steps=(3, st.sampled_from(INTEGERS)), lr=(0.1, st.sampled_from(NUMBERS)),
         normalized=(True, st.sampled_from(FLAGS)),
         init=(None, st.one_of(_arrays(W), st.sampled_from(OPTIONS + ["zeros", "uniform"]))),
-        seed=(0, st.sampled_from(SEEDS)), record_every=(1, st.sampled_from(INTEGERS))),
+        seed=(0, st.sampled_from(SEEDS)), record_every=(1, st.sampled_from(INTEGERS)),
+        engine=("auto", st.sampled_from(OPTIONS + ["compiled", "torch", "numba", "Auto"]))),
     "causal.priority_graphs": _problem_spec(causal.priority_graphs),
     "causal.priority_components": _problem_spec(causal.priority_components),
     "causal.retrieved": _problem_spec(causal.retrieved),
@@ -182,10 +183,22 @@ def test_a_weight_matrix_of_the_wrong_size_is_refused():
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(data=st.data())
 def test_bad_or_extreme_argument_gives_a_valid_result_or_an_error_naming_it(function, data):
-    spec = SPECS[function]
+    _check(function, SPECS[function], data, {})
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_ntp_gd_on_the_torch_engine_too(data):
+    """ntp_gd's default engine is the compiled loop: the same bad and extreme arguments on its torch loop."""
+    spec = SPECS["causal.ntp_gd"]
+    pools = {name: pool for name, pool in spec.pools.items() if name != "engine"}
+    _check("causal.ntp_gd", Spec(spec.call, spec.valid, pools, spec.check), data, {"engine": "torch"})
+
+
+def _check(function: str, spec: Spec, data, base: dict) -> None:
     argument = data.draw(st.sampled_from(sorted(spec.pools)), label="argument")
     value = data.draw(spec.pools[argument], label="value")
-    arguments = dict(spec.valid(), **{argument: value})
+    arguments = dict(spec.valid(), **base, **{argument: value})
     try:
         result = spec.call(**arguments)
     except svm.InfeasibleSVM:

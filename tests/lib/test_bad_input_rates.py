@@ -5,6 +5,7 @@ TypeError/ValueError/FloatingPointError naming an argument the caller passed."""
 import functools
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +25,8 @@ BAD_W = [np.full((2, 2), np.nan), np.ones((3, 3)), np.ones(2), "x", None, 1e300 
          np.ones((5, 2, 2)), torch.ones(2, 2, dtype=torch.complex128), torch.empty(2, 2, device="meta")]
 
 
-VALID = {"steps": 5, "init": None, "record_every": 1, "loss": "logistic", "gradient": "exact", "seed": 0}
+VALID = {"steps": 5, "init": None, "record_every": 1, "loss": "logistic", "gradient": "exact", "seed": 0,
+         "engine": "auto"}
 
 
 @settings(max_examples=60, deadline=None)
@@ -34,11 +36,20 @@ VALID = {"steps": 5, "init": None, "record_every": 1, "loss": "logistic", "gradi
     "record_every": options(1, [0, 2, -1, 1.5, None]),
     "loss": options("logistic", ["exponential", "linear", "exp", "x", None]),
     "gradient": options("exact", ["autograd", "x", None, 1]),
-    "seed": options(0, [-1, 1.5, "0", None, 2**70])}))
+    "seed": options(0, [-1, 1.5, "0", None, 2**70]),
+    "engine": options("auto", ["compiled", "torch", "numba", None, 1])}))
 def test_polyak_property(arguments):
     def accept(run):
         assert torch.isfinite(run.W).all() and torch.isfinite(run.loss).all() and run.W.shape[-2:] == (2, 2)
     check(lambda **a: train.polyak(PROBLEM, **a), arguments, VALID, accept)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_polyak_overflow_blames_init_in_both_engines(engine):
+    """From 1e3 W0 the iterates overflow: both loops say so, name init and how to avoid it, and return nothing."""
+    with pytest.raises(FloatingPointError, match=r"^the recorded W is not finite \(overflow in float64\): .*init are "
+                                                 r"too large\): start from a smaller init$"):
+        train.polyak(PROBLEM, steps=5, init=1e3 * W0, engine=engine)
 
 
 @settings(max_examples=40, deadline=None)

@@ -5,6 +5,7 @@ FloatingPointError whose message names the argument the caller passed; never a N
 import os
 import re
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -246,7 +247,7 @@ def test_gd_overflow_is_an_error_naming_lr(kwargs):
         train.gd(PROBLEM, steps=20, **kwargs)
 
 
-@pytest.mark.parametrize("trainer", [train.gd_prompt, train.gd_joint])
+@pytest.mark.parametrize("trainer", [train.gd_prompt, partial(train.gd_prompt, engine="torch"), train.gd_joint])
 def test_prompt_overflow_is_an_error_naming_lr(trainer):
     extra = dict(init_p=[0.0, 0.0], init_v=[1.0, 0.0]) if trainer is train.gd_joint else {}
     with pytest.raises(FloatingPointError, match=r"lr=1e\+308 takes steps too large"):
@@ -302,7 +303,10 @@ def test_tensors_that_require_grad_train_and_differentiate():
     assert all(torch.isfinite(r).all() for r in runs)
     radii = torch.tensor([0.5, 1.0], requires_grad=True)
     assert torch.isfinite(path.regularization_path(PROBLEM, radii, steps=2).W).all()
-    train.gd_prompt(grad_problem, torch.eye(d, requires_grad=True), steps=2, lr=0.1, init=W0[0])
+    for engine in ("compiled", "torch"):
+        run = train.gd_prompt(grad_problem, torch.eye(d, requires_grad=True), steps=2, lr=0.1, init=W0[0],
+                              engine=engine)
+        assert not run.p.requires_grad and torch.isfinite(run.p).all()
     loss = model.loss(PROBLEM, W0 + 1)  # the model's functions stay differentiable
     loss.backward()
     assert torch.isfinite(W0.grad).all() and W0.grad.abs().sum() > 0
@@ -499,8 +503,10 @@ def _gd_and_select(**arguments):
 test_gd = _check(_gd_and_select, GD_SPEC, base=GD_BASES)
 PROMPT_SPEC = {"problem": PROB, "key": (torch.eye(d), arrays(torch.eye(d))), "steps": (2, INTEGERS),
                "lr": (0.1, SCALARS), "normalized": (True, BOOLEANS), "record_every": (1, INTEGERS), "loss": KIND}
-test_gd_prompt = _check(train.gd_prompt, {**PROMPT_SPEC, "init": (None, arrays(P.v))},
-                        base=st.sampled_from([{}, {"normalized": False}]))
+test_gd_prompt = _check(train.gd_prompt, {**PROMPT_SPEC, "init": (None, arrays(P.v)),
+                                          "engine": ("auto", OPTIONS + ["compiled", "torch"])},
+                        base=st.sampled_from([{}, {"normalized": False}, {"engine": "torch"},
+                                              {"engine": "torch", "normalized": False}]))
 test_gd_joint = _check(train.gd_joint, {**PROMPT_SPEC, "init_p": ([0.0, 0.0], arrays(P.v)),
                                         "init_v": ([1.0, 0.0], arrays(P.v))},
                        base=st.sampled_from([{}, {"normalized": False}]))

@@ -1,6 +1,6 @@
 """Paper B's prompt model f(X) = <X v, softmax(X key p)>: the p-SVM (`svm.prompt_svm`, relaxed or not) checked by
 its KKT conditions, against Clarabel and by hand, and gradient descent on p (`train.gd_prompt`) against autograd
-and on paper B's examples."""
+(each engine) and on paper B's examples."""
 
 import cvxpy as cp
 import numpy as np
@@ -225,29 +225,33 @@ def _prompt_case(batch=None, seed=0):
     return problem, key, p
 
 
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
 @pytest.mark.parametrize("loss", list(REFERENCE_LOSSES))
 @pytest.mark.parametrize("batch", [None, 3])
-def test_gd_prompt_gradient_equals_autograd(loss, batch):
+def test_gd_prompt_gradient_equals_autograd(loss, batch, engine):
     problem, key, p0 = _prompt_case(batch)
-    traj = train.gd_prompt(problem, key, steps=1, lr=1.0, normalized=False, init=p0, loss=loss)
+    traj = train.gd_prompt(problem, key, steps=1, lr=1.0, normalized=False, init=p0, loss=loss, engine=engine)
     gradient = p0 - traj.p[1]
     reference = _reference_gradient(problem, key, p0, loss)
     assert gradient.shape == p0.shape
     torch.testing.assert_close(gradient, reference, rtol=1e-10, atol=1e-14)
 
 
-def test_gd_prompt_plain_steps_are_minus_lr_gradient():
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_gd_prompt_plain_steps_are_minus_lr_gradient(engine):
     problem, key, p0 = _prompt_case(batch=2, seed=1)
-    traj = train.gd_prompt(problem, key, steps=3, lr=0.7, normalized=False, init=p0, loss="exponential")
+    traj = train.gd_prompt(problem, key, steps=3, lr=0.7, normalized=False, init=p0, loss="exponential",
+                           engine=engine)
     torch.testing.assert_close(traj.p[0], p0, rtol=0, atol=0)
     for k in range(3):
         expected = traj.p[k] - 0.7 * _reference_gradient(problem, key, traj.p[k], "exponential")
         torch.testing.assert_close(traj.p[k + 1], expected, rtol=1e-12, atol=1e-14)
 
 
-def test_gd_prompt_normalized_steps_have_length_lr():
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_gd_prompt_normalized_steps_have_length_lr(engine):
     problem, key, _ = _prompt_case(batch=4, seed=2)
-    traj = train.gd_prompt(problem, key, steps=25, lr=0.3)
+    traj = train.gd_prompt(problem, key, steps=25, lr=0.3, engine=engine)
     moves = (traj.p[1:] - traj.p[:-1]).norm(dim=-1)
     torch.testing.assert_close(moves, torch.full_like(moves, 0.3), rtol=1e-12, atol=0)
     for k in (0, 10, 24):  # each step is along -gradient
@@ -256,14 +260,15 @@ def test_gd_prompt_normalized_steps_have_length_lr():
         torch.testing.assert_close(traj.p[k + 1] - traj.p[k], expected, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
 @pytest.mark.parametrize("loss", list(REFERENCE_LOSSES))
-def test_gd_prompt_records(loss):
+def test_gd_prompt_records(loss, engine):
     problem, key, _ = _prompt_case(batch=3, seed=3)
-    traj = train.gd_prompt(problem, key, steps=12, lr=0.2, record_every=5, loss=loss)
+    traj = train.gd_prompt(problem, key, steps=12, lr=0.2, record_every=5, loss=loss, engine=engine)
     np.testing.assert_array_equal(traj.steps, [0, 5, 10, 12])
     assert traj.p.shape == (4, 3, 6) and traj.probs.shape == (4, 3, 4, 5) and traj.loss.shape == (4, 3)
     assert traj.W is None and traj.K is None and traj.Q is None
-    full = train.gd_prompt(problem, key, steps=12, lr=0.2, loss=loss)
+    full = train.gd_prompt(problem, key, steps=12, lr=0.2, loss=loss, engine=engine)
     torch.testing.assert_close(traj.p, full.p[[0, 5, 10, 12]], rtol=0, atol=0)
     for r in range(4):
         logits = torch.einsum("bntd,de,be->bnt", problem.X, key, traj.p[r])

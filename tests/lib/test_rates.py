@@ -81,26 +81,28 @@ def _straightforward_polyak(problem, W, steps):
     return torch.stack(path)
 
 
-@pytest.mark.parametrize("gradient", ["exact", "autograd"])
-def test_polyak_matches_a_straightforward_loop_while_the_gap_is_large(gradient):
+@pytest.mark.parametrize(("gradient", "engine"), [("exact", "compiled"), ("exact", "torch"), ("autograd", "auto")])
+def test_polyak_matches_a_straightforward_loop_while_the_gap_is_large(gradient, engine):
     problem = data.equal_scores_problem(4, 3, 5, seed=0)
-    run = train.polyak(problem, steps=8, gradient=gradient)
+    run = train.polyak(problem, steps=8, gradient=gradient, engine=engine)
     reference = _straightforward_polyak(problem, torch.zeros(5, 5, dtype=torch.float64), 8)
     assert float(train.log_loss_gap(problem, run.W[-1])) > -25  # still far from float64's limits
     torch.testing.assert_close(run.W, reference, rtol=1e-8, atol=1e-10)
 
 
-def test_polyak_first_step_against_autograd_from_a_random_start():
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_polyak_first_step_against_autograd_from_a_random_start(engine):
     problem = data.random_problem(3, 4, 4, seed=5)
     W0 = torch.as_tensor(np.random.default_rng(1).standard_normal((4, 4)))
-    run = train.polyak(problem, steps=1, init=W0)
+    run = train.polyak(problem, steps=1, init=W0, engine=engine)
     torch.testing.assert_close(run.W, _straightforward_polyak(problem, W0, 1), rtol=1e-10, atol=1e-12)
 
 
-def test_polyak_is_batched_and_keeps_going_where_the_plain_rule_stalls():
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_polyak_is_batched_and_keeps_going_where_the_plain_rule_stalls(engine):
     problems = data.equal_scores_problem(4, 3, 5, seed=0, batch=2)
-    both = train.polyak(problems, steps=60, record_every=20)
-    one = train.polyak(problems[1], steps=60, record_every=20)
+    both = train.polyak(problems, steps=60, record_every=20, engine=engine)
+    one = train.polyak(problems[1], steps=60, record_every=20, engine=engine)
     torch.testing.assert_close(both.W[:, 1], one.W, rtol=1e-12, atol=1e-12)
     gaps = train.log_loss_gap(problems[1], one.W)
     assert (torch.diff(gaps) < -5).all() and gaps[-1] < -45  # below eps * L*: the plain rule is stuck there
@@ -108,9 +110,10 @@ def test_polyak_is_batched_and_keeps_going_where_the_plain_rule_stalls():
     assert train.log_loss_gap(problems[1], plain.W[-1]) > -42
 
 
-def test_polyak_passes_below_the_smallest_float64():
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_polyak_passes_below_the_smallest_float64(engine):
     problem = data.equal_scores_problem(4, 3, 5, seed=0)
-    run = train.polyak(problem, steps=900, record_every=300)
+    run = train.polyak(problem, steps=900, record_every=300, engine=engine)
     gaps = train.log_loss_gap(problem, run.W)
     assert gaps[-1] < -760 and (torch.diff(gaps) < -200).all()
 
@@ -150,11 +153,11 @@ def test_polyak_refuses_a_problem_whose_optimal_tokens_are_not_separable():
     freeze with the loss above its start, silently. Now it raises InfeasibleSVM naming the problem and the fix."""
     problem = data.random_problem(n=8, T=3, d=1, seed=0)
     assert not svm.feasible(problem, theory.optimal_tokens(problem))
-    for gradient in ("exact", "autograd"):
+    for gradient, engine in (("exact", "compiled"), ("exact", "torch"), ("autograd", "auto")):
         with pytest.raises(svm.InfeasibleSVM, match=r"^the problem's optimal tokens are not separable \(.*"
                                                     r"Polyak steps.*need L\* to be the infimum; increase d .*"
                                                     r"or use train\.gd$"):
-            train.polyak(problem, steps=5, gradient=gradient)
+            train.polyak(problem, steps=5, gradient=gradient, engine=engine)
     problems = data.random_problem(n=4, T=3, d=2, seed=1, batch=6)
     assert svm.feasible(problems, theory.optimal_tokens(problems)).tolist() == [True] * 3 + [False] + [True] * 2
     with pytest.raises(svm.InfeasibleSVM, match=r"not separable for problem 3 \(") as error:

@@ -528,11 +528,12 @@ def gd(problem: Problem, W0: ArrayLike, head: heads.Head | None, *, loss: str, l
     return result
 
 
-def _lanes(batch: tuple) -> tuple[int, int, partial]:
-    """The number of problems in ``batch``, that number rounded up to a whole number of vectors (``padded``), and
-    `_lanes_last` for them: the layout of the compiled loops' arrays."""
+def _lanes(batch: tuple, one_lane: bool = False) -> tuple[int, int, partial]:
+    """The number of problems in ``batch``, that number rounded up to a whole number of vectors (``padded``; 1 for
+    one problem where ``one_lane``: the caller has a loop compiled for one lane), and `_lanes_last` for them: the
+    layout of the compiled loops' arrays."""
     size = int(np.prod(batch))
-    padded = -(-size // LANES) * LANES if size > 1 else 1  # the last problem repeated up to a whole vector
+    padded = 1 if one_lane and size == 1 else -(-size // LANES) * LANES  # the last problem repeated
     return size, padded, partial(_lanes_last, batch=batch, size=size, padded=padded)
 
 
@@ -559,8 +560,8 @@ def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, recor
     problems at a time, lanes last (`run_one`, the loop compiled for one lane, where there is one problem);
     each record as a tensor (records, *batch, *shape)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
-    size, padded, lanes_last = _lanes(batch)
-    run = run_one if padded == 1 and run_one is not None else run
+    size, padded, lanes_last = _lanes(batch, one_lane=run_one is not None)
+    run = run_one if padded == 1 else run
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     if isinstance(head, heads.ReLU):
         V = lanes_last(head.V, head.V.shape[-2:])

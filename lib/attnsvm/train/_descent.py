@@ -4,7 +4,7 @@
 together; `regularization_path` (from `path`) follows the constrained minimizers. The gradients come from
 `gradients`, exact however far softmax saturates, so gradient descent never stalls on round-off. On the CPU, W
 and (K, Q) train in compiled loops (`compiled`, `_kq_loop`: the same steps, several times faster) wherever
-they apply.
+they apply, and so does p (`_prompt_loop`).
 `gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
 plus machine epsilon, and an epsilon ridge on (K, Q)); on W it stalls once the gradient falls below epsilon,
 on (K, Q) the ridge stops the growth where its gradient balances the loss's (the loss gradient stays above
@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 
 from . import _cpu_loop as compiled
 from . import _gradients as gradients
+from . import _prompt_loop
 from .. import tensor
 from .._checks import as_tensor, boolean, budget, nonnegative_float, positive_float, positive_int, require_shape
 from ..data import Problem
@@ -467,7 +468,8 @@ def _prompt_setup(problem: Problem, key, steps, lr, normalized, record_every, lo
 
 @torch.no_grad()  # a run records data, not a graph
 def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normalized: bool = True,
-              init: ArrayLike | None = None, record_every: int = 1, loss: str = "logistic") -> Trajectory:
+              init: ArrayLike | None = None, record_every: int = 1, loss: str = "logistic",
+              engine: str = "auto") -> Trajectory:
     r"""Gradient descent on the query p of paper B's model :math:`f(X) = \langle Xv, \mathrm{softmax}(X\,\mathrm{key}\,
     p)\rangle`.
 
@@ -491,6 +493,9 @@ def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normal
         Record every this many steps.
     loss : str, default='logistic'
         A name of ``model.LOSSES``.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (a compiled CPU loop: the same steps, many times faster), "torch" (the batched torch loop), or
+        "auto": the compiled loop, which runs every option of this function.
 
     Returns
     -------
@@ -501,6 +506,8 @@ def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normal
     ------
     ValueError
         If an argument is invalid (the message names it and the fix).
+    FloatingPointError
+        If an iterate overflows float64 (the message names lr, key and init).
 
     Examples
     --------
@@ -513,10 +520,15 @@ def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normal
     """
     problem, loss, normalized, steps, lr, recorder, keys = _prompt_setup(problem, key, steps, lr, normalized,
                                                                          record_every, loss, 1)
+    engine = _option(engine, "engine", ENGINES)
     batch, d = problem.batch_shape, problem.d
     p = initial_vector(torch.zeros(d) if init is None else init, "init", batch, d, problem.X.device)
     values = _finite(_token_values(problem, problem.v), "the token values v^T x_it",
                      "the problem's tokens are too large")
+    blame = _blame(f"lr={lr!r}", "key or init")
+    if engine != "torch":  # the problem is on the CPU (`_checked_problem`): the compiled loop runs every option
+        p, probs, risk = _prompt_loop._gd(problem, keys, values, p, loss, lr, normalized, recorder.steps)
+        return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk, p=p), blame)
 
     def evaluate(params: tuple, k: int, wants: bool):
         (p,) = params
@@ -526,7 +538,7 @@ def gd_prompt(problem: Problem, key: ArrayLike, *, steps: int, lr: float, normal
             return None, None, record
         return ((grad.direction[..., None] * keys).sum((-3, -2)),), grad.log_scale, record
     _descend((p,), evaluate, recorder, steps, lr, normalized, dims=(-1,))
-    return _finite_trajectory(recorder.trajectory(), _blame(f"lr={lr!r}", "key or init"))
+    return _finite_trajectory(recorder.trajectory(), blame)
 
 
 @torch.no_grad()  # a run records data, not a graph

@@ -12,6 +12,8 @@ below 1e-308, while its logarithm stays exact. ``log_attention_gap`` gives log(1
 ``polyak`` runs gradient descent with the Polyak step size (L - L*) / ||grad L||^2, its length computed from
 these logarithms and the log-scaled exact gradient (``weight_gradient``); ``gradient="autograd"`` runs the
 plain float64 version instead (L and L* as numbers, the gradient by autograd through softmax), for comparison.
+On the CPU the exact rule runs in a compiled loop (`_polyak_loop`: the same steps, to round-off, tens of times
+faster); ``engine="torch"`` runs this module's torch loop.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import torch
 from numpy.typing import ArrayLike
 
 from . import _gradients as gradients
+from . import _polyak_loop
 from .. import svm, theory
 from .._checks import as_index, option, positive_int, which_problems
 from .._checks import seed as _seed
 from ..data import Problem
 from ..model import (_TRAINING, LOSSES, _checked_problem, _finite, _logits, _outputs, _overflow, _risk,
                      _token_values, _weights)
-from ._descent import Trajectory, _autograd_gradient, _blame, _finite_trajectory, _recorder
+from ._descent import ENGINES, Trajectory, _autograd_gradient, _blame, _recorder
 from ._initial import initial_parameters
 
 __all__ = ["optimal_loss", "log_loss_gap", "log_attention_gap", "polyak", "POLYAK_GRADIENTS"]
@@ -218,9 +221,16 @@ def _require_infimum(problem: Problem) -> None:
         np.flatnonzero(~flags.reshape(-1)).tolist())
 
 
+def _finite_run(run: Trajectory, blame: str) -> Trajectory:
+    """`run`, or a FloatingPointError with the `blame` of `_blame` if a recorded value overflowed."""
+    for name in ("W", "probs", "loss"):
+        _finite(getattr(run, name), f"the recorded {name}", blame, "start from a smaller init")
+    return run
+
+
 @torch.no_grad()  # a run records data, not a graph
 def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None, record_every: int = 1,
-           loss: str = "logistic", gradient: str = "exact", seed: int = 0) -> Trajectory:
+           loss: str = "logistic", gradient: str = "exact", seed: int = 0, engine: str = "auto") -> Trajectory:
     r"""Gradient descent on W with the Polyak step size, :math:`W \leftarrow W - \frac{L(W) - L^*}{\|\nabla
     L(W)\|_F^2} \nabla L(W)`, for every problem in the batch.
 
@@ -248,6 +258,10 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
         stalls once round-off has eaten the gap).
     seed : int, default=0
         The seed of "uniform".
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (a compiled CPU loop for gradient="exact": the same steps, to round-off, tens of times faster),
+        "torch" (the torch loop, for every option), or "auto": compiled wherever it applies (on the CPU, with
+        gradient="exact").
 
     Returns
     -------
@@ -259,7 +273,8 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
     ~attnsvm.svm.InfeasibleSVM
         (a ValueError) If the optimal tokens of a problem are not separable.
     ValueError
-        If an argument is invalid (the message names it and the fix).
+        If an argument is invalid (the message names it and the fix); if engine="compiled" cannot run this
+        training (gradient="autograd", or a problem off the CPU).
 
     Examples
     --------
@@ -275,6 +290,12 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
     problem = _checked_problem(problem, min_T=2, why=_TRAINING, needs_Z=True)
     loss = option(loss, "loss", tuple(LOSSES))
     gradient = option(gradient, "gradient", POLYAK_GRADIENTS)
+    engine = option(engine, "engine", ENGINES)
+    unsupported = ('it computes the exact rule only (gradient="exact")' if gradient != "exact" else
+                   None if problem.X.device.type == "cpu" else
+                   f"it runs on the CPU only (the problem is on {problem.X.device})")
+    if engine == "compiled" and unsupported:
+        raise ValueError(f'engine="compiled" cannot run this training: {unsupported}; use engine="auto" or "torch"')
     steps = positive_int(steps, "steps", minimum=0)
     record_every = positive_int(record_every, "record_every")
     (W,) = initial_parameters(problem, "W", init, problem.d, _seed(seed))
@@ -283,7 +304,12 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
     loss_fn, values = LOSSES[loss], _token_values(problem, problem.v)
     L_star = optimal_loss(problem, loss)
     _require_infimum(problem)
-    with _overflow("Polyak steps' iterates", _blame("the Polyak step", "init"), "start from a smaller init"):
+    blame = _blame("the Polyak step", "init")
+    if engine != "torch" and not unsupported:
+        W, probs, f = _polyak_loop.polyak(problem, W, loss, recorder.steps, _FIRST_ORDER)
+        return _finite_run(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=_risk(loss_fn, problem, f),
+                                      W=W), blame)
+    with _overflow("Polyak steps' iterates", blame, "start from a smaller init"):
         for k in range(steps + 1):
             if recorder.wants(k):
                 f = _outputs(problem, W, None)
@@ -302,4 +328,4 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
                 squared = (G * G).sum((-2, -1))
                 ok = (gap > 0) & (squared > 0)
                 W = W - torch.where(ok, gap / torch.where(ok, squared, 1.0), 0.0)[..., None, None] * G
-    return _finite_trajectory(recorder.trajectory(), _blame("the Polyak step", "init"))
+    return _finite_run(recorder.trajectory(), blame)
