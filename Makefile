@@ -54,8 +54,10 @@ sync: $(INSTALLED)
 	done
 
 # Regenerate book/ from book_src/ and execute every notebook in place (commit the result), JOBS at a time; the
-# status page last, since it reads the others' timings.
+# status page last, since it reads the others' timings. The library's compiled loops are compiled first, once,
+# into Numba's cache (tools/compile_loops.py), so that pages executed side by side do not each compile them.
 notebooks: sync
+	$(BIN)/python tools/compile_loops.py
 	cd book && printf '%s\n' $(filter-out status.ipynb,$(notdir $(NOTEBOOKS))) | xargs -P $(JOBS) -n 1 $(EXECUTE)
 	cd book && $(EXECUTE) status.ipynb
 
@@ -72,6 +74,7 @@ book: setup
 	@echo "The book is at _build/html/index.html"
 
 test: setup
+	$(BIN)/python tools/compile_loops.py
 	$(PYTEST) tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
 	  tests/test_provenance.py tests/test_notation.py tests/test_repository.py tests/test_captions.py
 	$(DOCTEST) lib/attnsvm

@@ -83,6 +83,29 @@ def test_the_official_rule_is_the_authors_loop_in_saturation():
     assert float((exact.W[-1] - run.W[-1]).abs().max()) > 0.01 * float(run.W[-1].abs().max())
 
 
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_the_official_rule_takes_one_forward_pass_with_the_same_bits(param, monkeypatch):
+    """The official rule's loop takes the gradient, the outputs and the attention from one forward pass
+    (`_mirror._official_gradient`): bit for bit what `_descent._autograd_gradient` (the gradient, the outputs by a
+    second pass) and `model._attention` (a third) give, on a batch through saturation (lr 0.5, 600 steps)."""
+    from attnsvm.model import _attention
+    from attnsvm.train import _descent, _mirror
+
+    def three_passes(problem, params, loss, ridge, values):
+        grads, f = _descent._autograd_gradient(problem, params, loss, None, ridge)
+        W = params[0] if len(params) == 1 else params[0] @ params[1].transpose(-2, -1)
+        return grads, f, _attention(problem, W)
+    problem = _problem(seed=7, batch=3)
+    start = _start((3, 4, 4), seed=8)
+    init = start if param == "W" else (start, _start((3, 4, 4), seed=9))
+    options = dict(p=1.75, steps=600, lr=0.5, param=param, init=init, record_every=50, rule="official")
+    one = train.mirror_descent(problem, **options)
+    monkeypatch.setattr(_mirror, "_official_gradient", three_passes)
+    three = train.mirror_descent(problem, **options)
+    for name in ("W", "probs", "loss") + (("K", "Q") if param == "KQ" else ()):
+        assert torch.equal(getattr(one, name), getattr(three, name)), name
+
+
 @pytest.mark.parametrize("p", [1.75, 3.0])
 def test_one_step_follows_the_autograd_gradient(p):
     """theta(1) = theta(0) - lr g / ||g||_q with g by autograd (no saturation at the start)."""
@@ -271,3 +294,26 @@ def test_an_all_zero_KQ_start_is_refused_like_init_zeros(train_on):
         train_on(problems, steps=2, lr=0.1, param="KQ", init=(K0, torch.zeros(3, 4, 4)))
     run = train_on(problem, steps=2, lr=0.1, param="KQ", init=(_start((4, 4), seed=14), zeros))
     assert bool((run.Q[-1] != 0).any()) and bool((run.W[-1] != 0).any())
+
+
+@pytest.mark.parametrize("a", [7 / 3, 4 / 3, 0.75, 3.3])
+def test_compiled_powers_are_libms_to_an_ulp_whatever_the_row(a):
+    """`_mirror._powers` for an exponent without a sqrt-and-products form (p = 1.75: q = 7/3, 1/(p-1) = 4/3) takes
+    libmvec's 4-lane pow where it is loaded: within one ulp of numpy's (libm's) x ** a, zeros, subnormals and
+    huge entries included, and an entry's value does not depend on the array's length (a tail shorter than a
+    vector is padded) nor on its place in it, so a problem's digits are the same alone and in a lane."""
+    from attnsvm.train import _mirror
+    rng = np.random.default_rng(int(100 * a))
+    x = np.abs(rng.standard_normal(103)) * 10.0 ** rng.integers(-320, int(300 / max(a, 1.0)), 103)
+    x[::9] = 0.0
+    whole = x.copy()
+    _mirror._powers(whole, a)
+    reference = x ** a
+    assert (np.abs(whole - reference) <= np.spacing(reference)).all()
+    for start, size in ((0, 1), (1, 2), (3, 3), (6, 5), (11, 6), (17, 7), (40, 63)):
+        part = x[start:start + size].copy()
+        _mirror._powers(part, a)
+        assert np.array_equal(part, whole[start:start + size]), (start, size)
+    grid = x[:96].reshape(4, 6, 4).copy()  # the loops' (rows, columns, lanes) scratch
+    _mirror._powers(grid, a)
+    assert np.array_equal(grid.reshape(-1), whole[:96])

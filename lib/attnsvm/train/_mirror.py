@@ -19,8 +19,11 @@ On the CPU both run, except under rule="official", in a loop compiled with Numba
 the exact gradient from the compiled loop of ``train.gd`` (`_cpu_loop`) and the same steps as the torch loop,
 to round-off per step, several times faster. Over many steps deep in saturation with p < 2 and eps = 0 the runs
 amplify round-off (in either engine, a change of W0 in its last digit grows), so there the two engines' whole
-trajectories agree only as two such perturbed runs do. Numba's cache keys on this file only: after an edit of
-`_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines would fail on a stale loop).
+trajectories agree only as two such perturbed runs do. The compiled loop's powers without a sqrt form (p = 1.75:
+7/3 and 4/3) are libmvec's vector pow, within an ulp of libm's. Under rule="official" the torch loop takes the
+gradient, the outputs and the attention from one forward pass (`_official_gradient`). Numba's cache keys on this
+file only: after an edit of `_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines would fail
+on a stale loop).
 """
 
 from __future__ import annotations
@@ -30,17 +33,16 @@ import math
 import numba
 import numpy as np
 import torch
-
+from llvmlite import ir
+from numba.core import cgutils
 from numpy.typing import ArrayLike
 
 from .._checks import as_tensor, positive_float, positive_int
 from ..data import Problem
-from ..model import (_TRAINING, LOSSES, _attention, _checked_problem, _option, _overflow, _risk,
-                     _token_values)
+from ..model import _TRAINING, LOSSES, _checked_problem, _logits, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
-from ._cpu_loop import _FAST, BLOCK, LOSS_CODES, _gradient, _lanes, _row_products
-from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
-                       _recorder)
+from ._cpu_loop import _FAST, BLOCK, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes, _row_products
+from ._descent import ENGINES, OFFICIAL_EPS, RULES, Trajectory, _blame, _finite_trajectory, _recorder
 from ._initial import PARAMS, initial_parameters
 
 __all__ = ["mirror_descent", "sign_descent", "dual_norm"]
@@ -188,9 +190,8 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
             params = update.params(state)
             W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
             if official:
-                grads, f = _autograd_gradient(problem, params, loss, None, ridge)
+                grads, f, probs = _official_gradient(problem, params, loss, ridge, values)
                 log_scale = torch.zeros(problem.batch_shape, dtype=torch.float64)
-                probs = _attention(problem, W)
             else:
                 G, log_scale, grad = gradients._weight_gradient(problem, W, loss, None, values)
                 probs, f = grad.probs, grad.outputs
@@ -204,10 +205,25 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
     return _finite_trajectory(recorder.trajectory(), blame)
 
 
+def _official_gradient(problem: Problem, params: tuple, loss: str, ridge: float, values: torch.Tensor):
+    """`_descent._autograd_gradient` (head None) with one forward pass: the gradients by autograd, and the outputs
+    f and the attention of that pass (the same operations on the same values as a second pass: the same bits)."""
+    with torch.enable_grad():  # the run goes without a graph, but for this gradient
+        leaves = [w.detach().requires_grad_(True) for w in params]
+        W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
+        probs = torch.softmax(_logits(problem, W), dim=-1)  # `_attention`
+        f = (probs * values).sum(-1)  # `_outputs`, the token values computed once
+        risk = _risk(LOSSES[loss], problem, f).sum()
+        if ridge:
+            risk = risk + ridge * sum((w * w).sum() for w in leaves)
+        grads = torch.autograd.grad(risk, leaves)
+    return grads, f.detach(), probs.detach()
+
+
 def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:
     """`_train`'s run in the compiled loop `_run`: lanes last, BLOCK problems a call (as `_cpu_loop.gd`)."""
     batch, n, T, d, m = problem.batch_shape, problem.n, problem.T, problem.d, params[0].shape[-1]
-    size, padded, lanes_last = _lanes(batch)
+    size, padded, lanes_last = _lanes(batch, one_lane=True)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))
     U, XV = lanes_last(_token_values(problem, problem.v), (n, T)), np.zeros((n, T, 0, padded))
     K0 = lanes_last(params[0], (d, m))
@@ -231,9 +247,50 @@ def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: st
     return Trajectory(steps=np.array(record), probs=probs, loss=_risk(LOSSES[loss], problem, f), W=Ws, **factors)
 
 
+@numba.extending.intrinsic
+def _vector_powers(typingctx, x, a):
+    """x = x ** a in place (a C-contiguous float64 array x, a float): libmvec's 4-lane pow (`_ZGVdN4vv_pow`, within
+    an ulp or two of libm's, tests/lib), LANES entries a call, the last ones padded to a vector with the first of
+    them; an entry's value does not depend on the entries beside it. Only where LIBMVEC is loaded."""
+    if not (isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == numba.float64
+            and isinstance(a, numba.types.Float)):
+        return None
+
+    def lower(context, builder, signature, args):
+        array = context.make_array(x)(context, builder, args[0])
+        intp, vector = context.get_value_type(numba.intp), ir.VectorType(ir.DoubleType(), LANES)
+        routine = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, vector]),
+                                                 f"_ZGVdN{LANES}vv_pow")
+        exponent = context.cast(builder, args[1], signature.args[1], numba.float64)
+        lane = [ir.Constant(ir.IntType(32), j) for j in range(LANES)]
+        exponents = ir.Constant(vector, ir.Undefined)
+        for j in range(LANES):
+            exponents = builder.insert_element(exponents, exponent, lane[j])
+        first, size = array.data, array.nitems
+        whole = builder.mul(builder.sdiv(size, ir.Constant(intp, LANES)), ir.Constant(intp, LANES))
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, ir.Constant(intp, LANES)) as (b, _):
+            pointer = builder.bitcast(builder.gep(first, [b]), vector.as_pointer())
+            builder.store(builder.call(routine, [builder.load(pointer, align=8), exponents]), pointer, align=8)
+        count = builder.sub(size, whole)
+        with builder.if_then(builder.icmp_signed(">", count, ir.Constant(intp, 0)), likely=False):
+            packed = ir.Constant(vector, ir.Undefined)
+            for j in range(LANES):  # the lanes past `count` repeat the first entry of the tail
+                inside = builder.icmp_signed(">", count, ir.Constant(intp, j))
+                at = builder.select(inside, builder.add(whole, ir.Constant(intp, j)), whole)
+                packed = builder.insert_element(packed, builder.load(builder.gep(first, [at])), lane[j])
+            result = builder.call(routine, [packed, exponents])
+            for j in range(LANES):
+                with builder.if_then(builder.icmp_signed(">", count, ir.Constant(intp, j))):
+                    builder.store(builder.extract_element(result, lane[j]),
+                                  builder.gep(first, [builder.add(whole, ir.Constant(intp, j))]))
+        return context.get_dummy_value()
+    return numba.types.none(x, a), lower
+
+
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _powers(x, a):
-    """x = x ** a in place (x >= 0, C-contiguous): sqrt and products where 2a is 1, 2, 3, 4 or 5 (as `_power`)."""
+    """x = x ** a in place (x >= 0, C-contiguous): sqrt and products where 2a is 1, 2, 3, 4 or 5 (as `_power`),
+    else libmvec's 4-lane pow where it is loaded (an ulp from libm's pow on some entries), else libm's pow."""
     flat = x.reshape(-1)
     if a == 1.0:
         return
@@ -249,6 +306,8 @@ def _powers(x, a):
     elif a == 2.5:
         for j in range(flat.size):
             flat[j] = flat[j] * flat[j] * math.sqrt(flat[j])
+    elif LIBMVEC:
+        _vector_powers(x, a)
     else:
         for j in range(flat.size):
             flat[j] = flat[j] ** a
