@@ -144,8 +144,9 @@ def test_gd_refuses_runaway_requests_and_reports_divergence():
         causal.gd(P, steps=10**12, lr=0.1)
     with pytest.raises(ValueError, match=r"steps / record_every asks for 1e\+08 recorded iterates"):
         causal.gd(P, steps=10**8, lr=0.1, record_every=1)
-    with pytest.raises(FloatingPointError, match=r"gd diverged at step \d+ .* lower lr \(got 1e\+308\)"):
-        causal.gd(P, steps=10, lr=1e308)
+    for engine in ("compiled", "torch"):
+        with pytest.raises(FloatingPointError, match=r"gd diverged at step \d+ .* lower lr \(got 1e\+308\)"):
+            causal.gd(P, steps=10, lr=1e308, engine=engine)
 
 
 @pytest.mark.parametrize("call, error, match", [
@@ -153,6 +154,8 @@ def test_gd_refuses_runaway_requests_and_reports_divergence():
     (lambda: causal.gd(P, steps=2, lr=0.1, normalized="no"), TypeError, r"normalized must be True or False"),
     (lambda: causal.gd(P, steps=2, lr="0.1"), TypeError, r"lr must be a finite number > 0, got '0.1'"),
     (lambda: causal.gd(P, steps=2, lr=0.1, seed="3"), TypeError, r"seed must be an integer >= 0"),
+    (lambda: causal.gd(P, steps=2, lr=0.1, engine="numba"), ValueError, r"engine='numba' is not supported"),
+    (lambda: causal.gd(P, steps=2, lr=0.1, engine=None), TypeError, r"engine must be one of"),
     (lambda: causal.random_problem(2, 3, 4, seed="12"), TypeError, r"seed must be an integer >= 0, got '12'"),
     (lambda: causal.synthetic_language(5, 3, seed="1"), TypeError, r"seed must be an integer >= 0"),
     (lambda: causal.next_token_problems(2, 3, 4, seeds="12"), TypeError, r"seeds must be a list of integer seeds"),
@@ -263,8 +266,9 @@ def test_census_defects_name_their_argument():
         causal.att_svm(tiny)
     with pytest.raises(svm.InfeasibleSVM, match=r"rescale the problem's tokens"):
         causal.penalty_threshold(tiny)
-    with pytest.raises(FloatingPointError, match=r"^gd diverged at step \d+ .*lower lr .*the problem's tokens"):
-        causal.gd(causal.SequenceProblem(P.X * 1e160, P.V), steps=20, lr=0.5)
+    for engine in ("compiled", "torch"):
+        with pytest.raises(FloatingPointError, match=r"^gd diverged at step \d+ .*lower lr .*the problem's tokens"):
+            causal.gd(causal.SequenceProblem(P.X * 1e160, P.V), steps=20, lr=0.5, engine=engine)
     huge = tensor.Instance(INST.Aj * 1e160, INST.h, INST.b)
     with pytest.raises(FloatingPointError, match=r"^descend diverged at step \d+ .*lower lr .*\binstance\b"):
         tensor.descend(huge, torch.zeros(4, dtype=torch.float64), lr=0.1, steps=5)

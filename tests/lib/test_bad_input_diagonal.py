@@ -43,7 +43,9 @@ def test_diagonal_features_rejects_a_non_problem():
     (dict(factorized=True, init=(0 * ONES, 0 * ONES)), r"init=\(k0, q0\) is zero in every coordinate"),
     (dict(factorized=False, init=(ONES, ONES)), r"init for factorized=False"),
     (dict(factorized=False, init=ONES * np.nan), r"init"),
-    (dict(lr=1e308, steps=3), r"lr"),
+    (dict(lr=1e308, steps=3), r"lr"), (dict(lr=1e308, steps=3, engine="torch"), r"lr"),
+    (dict(engine="numba"), r"engine='numba' is not supported: choose one of 'auto', 'compiled', 'torch'"),
+    (dict(engine=None), r"engine"),
 ])
 def test_diagonal_gd_rejects(bad, pattern):
     arguments = dict(factorized=False, steps=2, lr=0.1)
@@ -55,7 +57,8 @@ def test_diagonal_gd_rejects(bad, pattern):
 @settings(max_examples=30, deadline=None)
 @given(st.fixed_dictionaries({"steps": st.sampled_from([0, 1, 3] + ODD), "lr": st.sampled_from([0.1, 1e3] + ODD),
                               "factorized": st.sampled_from([False, True] + ODD),
-                              "init": st.sampled_from([None, ONES, (ONES, 0.5 * ONES)] + ODD)}))
+                              "init": st.sampled_from([None, ONES, (ONES, 0.5 * ONES)] + ODD),
+                              "engine": st.sampled_from(["auto", "compiled", "torch"] + ODD)}))
 def test_diagonal_gd_property(arguments):
     try:
         run = train.diagonal_gd(PROBLEM, **arguments)

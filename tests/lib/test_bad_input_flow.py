@@ -28,7 +28,16 @@ def test_bad_input(kwargs, match):
         train.gradient_flow(problem, **kwargs)
 
 
-def test_max_steps_is_enforced():
+@pytest.mark.parametrize("engine, error, match", [
+    ("numba", ValueError, "engine='numba' is not supported: choose one of"),
+    (None, TypeError, "engine must be one of 'auto', 'compiled'")])
+def test_unknown_engine(engine, error, match):
+    with pytest.raises(error, match=match):
+        train.gradient_flow(data.random_problem(3, 3, 2, seed=0), param="W", init=None, record_at=[1.0], engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_max_steps_is_enforced(engine):
     problem = data.random_problem(3, 3, 2, seed=0)
-    with pytest.raises(RuntimeError, match="max_steps"):
-        train.gradient_flow(problem, param="W", init=None, record_at=[5.0], max_steps=3)
+    with pytest.raises(RuntimeError, match=r"max_steps=3 steps for a problem \(it had reached s = 0\.06798\)"):
+        train.gradient_flow(problem, param="W", init=None, record_at=[5.0], max_steps=3, engine=engine)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import svm, theory
+from attnsvm import data, svm, theory
 from attnsvm.experiments import svm_rank as ranks
 
 
@@ -65,3 +65,42 @@ def test_workers_give_the_same_grid():
 def test_bad_arguments_are_named(points, workers, match):
     with pytest.raises(ValueError, match=match):
         ranks.grid(points, workers=workers)
+
+
+@pytest.mark.parametrize("n, T, d", [(15, 5, 2), (10, 5, 2), (5, 15, 2), (15, 5, 3), (5, 5, 3), (4, 3, 1), (6, 4, 4)])
+def test_the_screen_gives_svm_feasibles_flags(n, T, d):
+    """The compiled screen with its certificates (`_feasible`) says what ``svm.feasible`` says, problem for problem,
+    on 600 random problems per point, rare feasibility (n = 15, d = 2: about 1 in 1000) and common alike."""
+    problems = data.random_problem(n, T, d, seed=100 * n + d, batch=600)
+    alpha = theory.optimal_tokens(problems)
+    X, Z, a = problems.X.numpy(), problems.Z.numpy(), alpha.numpy()
+    np.testing.assert_array_equal(ranks._feasible(X, Z, a), svm.feasible(X, Z, a))
+
+
+def test_the_screen_decides_degenerate_and_rescaled_problems_as_svm_does():
+    """Equal tokens (a constraint 0 >= 1), tokens 1e-6 apart (an SVM whose W has a norm near MAX_NORM = 1e6, where
+    ``svm.feasible`` draws its line), and data of extreme scale (which ``svm`` rescales; the screen leaves them to
+    it) get ``svm.feasible``'s flags."""
+    problems = data.random_problem(3, 4, 2, seed=5, batch=60)
+    X, Z = problems.X.numpy().copy(), problems.Z.numpy().copy()
+    alpha = theory.optimal_tokens(problems).numpy()
+    other = (alpha[:, 0] + 1) % 4
+    b = np.arange(60)
+    X[b[:10], 0, other[:10]] = X[b[:10], 0, alpha[:10, 0]]  # sequence 0: a token equal to the selected one
+    gap = np.random.default_rng(0).normal(size=(40, 2)) * np.logspace(-8, -4, 40)[:, None]
+    X[b[10:50], 0, other[10:50]] = X[b[10:50], 0, alpha[10:50, 0]] + gap  # tokens 1e-8 to 1e-4 apart
+    X[50:] *= 2.0 ** 100  # rescaled by svm
+    flags = ranks._feasible(X, Z, alpha)
+    np.testing.assert_array_equal(flags, svm.feasible(X, Z, alpha))
+    assert not flags[:10].any() and flags[10:50].any() and not flags[10:50].all()
+
+
+@pytest.mark.parametrize("n, T, d, count, chunk", [(15, 5, 2, 3, 2000), (10, 5, 2, 6, 100), (15, 5, 3, 5, 700)])
+def test_feasible_problems_are_those_of_sample_feasible(monkeypatch, n, T, d, count, chunk):
+    """The screened sampler draws and keeps exactly what ``theory.sample_feasible`` does, chunk after chunk."""
+    screened = ranks.feasible_problems(n, T, d, count=count, max_draws=20_000, chunk=chunk)
+    monkeypatch.setattr(ranks, "SCREEN_MAX_D", 0)  # every point through theory.sample_feasible
+    plain = ranks.feasible_problems(n, T, d, count=count, max_draws=20_000, chunk=chunk)
+    assert screened[2] == plain[2] and torch.equal(screened[1], plain[1])
+    for name in "XYZv":
+        assert torch.equal(getattr(screened[0], name), getattr(plain[0], name)), name

@@ -26,19 +26,21 @@ import io
 import math
 import pickle
 import warnings
-import zlib
 from collections.abc import Sequence
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import PIL.Image
+import PIL.PngImagePlugin
 from IPython.display import Markdown
+from matplotlib import cbook
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.legend import Legend
 from matplotlib.mathtext import MathTextParser
 from matplotlib.patches import ConnectionPatch
@@ -248,14 +250,121 @@ def _may_draw_mathtext(axis, which: str) -> bool:
     return True
 
 
-def _with_text(data: bytes, key: str, value: str) -> bytes:
-    """The PNG ``data`` with a text chunk key=value after its header chunk (IHDR, 33 bytes with the signature)."""
-    body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
-    chunk = (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
-    return data[:33] + chunk + data[33:]
+class _SharedMathtext(MathTextParser):
+    """Matplotlib's mathtext parser of Agg renderers (``output="path"``) with one cache of layouts for every renderer
+    that uses it: matplotlib gives each renderer its own parser (50 layouts), and a picture takes several renderers
+    (a tight save draws at two sizes, a phone layout at the screen's and the saved resolution), so that an
+    explorer's frames laid the same labels out again and again (a fifth of their time). A layout depends on its
+    text, font properties, dpi, antialiasing and hinting (the cache's key) and on the font and mathtext rcParams
+    (``_shared_mathtext`` keeps one parser per setting of them)."""
+
+    if hasattr(MathTextParser, "_parse_cached"):  # matplotlib's own cache, unwrapped and made larger
+        _parse_cached = functools.lru_cache(maxsize=4096)(
+            getattr(MathTextParser._parse_cached, "__wrapped__", MathTextParser._parse_cached))
 
 
-def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: bool = True) -> tuple[bytes, dict]:
+@functools.lru_cache(maxsize=8)
+def _mathtext_for(settings: tuple) -> MathTextParser:
+    return _SharedMathtext("path")
+
+
+def _shared_mathtext(renderer) -> None:
+    """Give an Agg renderer the shared mathtext parser of the current font and mathtext rcParams (a renderer with
+    another kind of parser keeps its own)."""
+    parser = getattr(renderer, "mathtext_parser", None)
+    if (type(parser) is not MathTextParser or getattr(parser, "_output_type", None) != "vector"
+            or "_parse_cached" not in vars(_SharedMathtext)):
+        return
+    settings = tuple((name, tuple(value) if isinstance(value, list) else value)
+                     for name, value in mpl.rcParams.items() if name.startswith(("font.", "mathtext.")))
+    renderer.mathtext_parser = _mathtext_for(settings)
+
+
+class _SharedCanvas(FigureCanvasAgg):
+    """An off-screen Agg canvas for figures drawn one after the other (an explorer's frames, a phone layout): the
+    canvases given one ``renderers`` pool share a renderer for each size and resolution, and with it its cache of
+    text sizes (tick labels, labels), and all renderers share their mathtext layouts (``_SharedMathtext``). A
+    renderer is cleared before each drawing, and what one figure drew is copied out of it before the next draws
+    (``_rgba``)."""
+
+    def __init__(self, figure: Figure, renderers: dict | None = None):
+        super().__init__(figure)
+        self._renderers = {} if renderers is None else renderers
+
+    def get_renderer(self):
+        width, height = self.get_width_height(physical=True)
+        key = width, height, self.figure.dpi
+        if self._lastKey != key:
+            renderer = self._renderers.pop(key, None)
+            if renderer is None:
+                renderer = RendererAgg(width, height, self.figure.dpi)
+                _shared_mathtext(renderer)
+            self._renderers[key] = renderer  # the most recent last
+            while len(self._renderers) > 4:  # each holds its pixels (megabytes): the least recently used go
+                del self._renderers[next(iter(self._renderers))]
+            self.renderer, self._lastKey = renderer, key
+        return self.renderer
+
+
+def _rgba(fig: Figure, dpi: int, tight: bool) -> np.ndarray:
+    """The pixels (rows, columns, RGBA) that ``fig.savefig(..., dpi=dpi, bbox_inches="tight" if tight else None)``
+    draws, without encoding a PNG. A figure without a layout engine to run (none, or ``"none"``, as an explorer's
+    frames and their phone layouts) is drawn once: savefig would first draw it without rendering, to run the
+    layout and (when tight) measure it; its tight box is measured here, as savefig measures it, and passed on."""
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg):  # another backend's: savefig switches to Agg for the PNG
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
+        return np.asarray(PIL.Image.open(buffer).convert("RGBA"))
+    own = canvas.__dict__.get("get_renderer")
+    if not isinstance(canvas, _SharedCanvas):  # this picture's renderers share their mathtext layouts
+        def get_renderer():
+            renderer = type(canvas).get_renderer(canvas)
+            _shared_mathtext(renderer)
+            return renderer
+        canvas.get_renderer = get_renderer
+    engine = fig.get_layout_engine()  # placed: no layout to run, and no axes placed by a locator (inset axes,
+    placed = ((engine is None or isinstance(engine, PlaceHolderLayoutEngine))  # colorbars), which savefig would
+              and not any(ax.get_axes_locator() is not None for ax in fig.axes))  # place with its renderer
+    box = "tight" if tight else None
+    try:
+        if placed and tight and mpl.rcParams["savefig.pad_inches"] not in (None, "layout"):
+            with cbook._setattr_cm(canvas, manager=None), cbook._setattr_cm(fig, dpi=dpi), \
+                    cbook._setattr_cm(canvas, _device_pixel_ratio=1), cbook._setattr_cm(canvas, _is_saving=True):
+                pad = mpl.rcParams["savefig.pad_inches"]
+                box = fig.get_tightbbox(canvas.get_renderer()).padded(pad, pad)
+        if placed:
+            fig._layout_engine = None  # nothing to run: savefig draws it once
+        fig.savefig(io.BytesIO(), format="rgba", dpi=dpi, bbox_inches=box)
+        return np.asarray(canvas.renderer.buffer_rgba()).copy()
+    finally:
+        fig._layout_engine = engine
+        if own is None:
+            canvas.__dict__.pop("get_renderer", None)
+        else:
+            canvas.get_renderer = own
+
+
+def _encoded(pixels: np.ndarray, dpi: int, points: float, colors: int | None) -> bytes:
+    """A PNG of RGBA pixels with the text chunks ``TEXT_KEY`` (the smallest drawn text ``points``), matplotlib's
+    Software and ``DPI_KEY``, as matplotlib's own PNG; with ``colors``: quantized to a palette of at most that many
+    colours (no dithering: a figure's flat colours stay flat), without its resolution chunk."""
+    info = PIL.PngImagePlugin.PngInfo()
+    info.add_text(TEXT_KEY, f"{points:.4g}")
+    info.add_text("Software", f"Matplotlib version{mpl.__version__}, https://matplotlib.org/")
+    info.add_text(DPI_KEY, str(dpi))
+    image = PIL.Image.frombuffer("RGBA", (pixels.shape[1], pixels.shape[0]), pixels, "raw", "RGBA", 0, 1)
+    buffer = io.BytesIO()
+    if colors is None:
+        image.save(buffer, format="png", pnginfo=info, dpi=(dpi, dpi))
+    else:
+        image.quantize(colors=colors, method=PIL.Image.Quantize.FASTOCTREE,
+                       dither=PIL.Image.Dither.NONE).save(buffer, format="png", pnginfo=info)
+    return buffer.getvalue()
+
+
+def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: bool = True,
+        colors: int | None = None) -> tuple[bytes, dict]:
     """A figure as PNG bytes and the display metadata that shows it at ``CSS_PX_PER_INCH``.
 
     Before saving, each text whose scripts (mathtext's sub- and superscripts, fractions) would be displayed below
@@ -272,6 +381,9 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
         The column it is shown in, in CSS pixels (the book's, or a phone's for a phone layout).
     tight : bool, default=True
         Crop to what it draws; False: a figure whose layout fills it saves faster uncropped.
+    colors : int or None, default=None
+        Store it with a palette of at most this many colours, 2 to 256 (no dithering: a figure's flat colours stay
+        flat), as an explorer's frames are; None: in full colour.
 
     Returns
     -------
@@ -281,7 +393,8 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
     Raises
     ------
     ValueError
-        If its smallest drawn text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column.
+        If its smallest drawn text would be displayed below ``MIN_TEXT_PX`` CSS pixels in the column, or colors is
+        not None or an integer from 2 to 256.
 
     Examples
     --------
@@ -299,16 +412,15 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
     9.3
     >>> plt.close(fig)
     """
+    if colors is not None and (isinstance(colors, bool) or not isinstance(colors, int) or not 2 <= colors <= 256):
+        raise ValueError(f"colors={colors!r}: pass None (full colour) or an integer from 2 to 256 (a palette)")
     pad = 2 * mpl.rcParams["savefig.pad_inches"] if tight else 0  # the width as saved, about (a constrained figure
     width_in = fig.get_figwidth() + pad  # fills it): where what sticks out makes it wider, another try
     for attempt in range(3):
         _enlarge_scripts(fig, _needed_points(column_px, width_in))
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None,
-                    metadata={DPI_KEY: str(dpi)})
+        pixels = _rgba(fig, dpi, tight)
         points, text = _smallest_drawn_text(fig)  # the texts as saved (drawing the figure once more costs time)
-        data = _with_text(buffer.getvalue(), TEXT_KEY, f"{points:.4g}")
-        width = _png_width(data)
+        width = pixels.shape[1]
         shown = displayed_text_px(points, width, dpi, column_px)
         if shown >= MIN_TEXT_PX or attempt == 2 or points >= text.get_fontsize():
             break
@@ -323,7 +435,7 @@ def png(fig: Figure, *, dpi: int = DPI, column_px: float = COLUMN_PX, tight: boo
                          f"{width / dpi:.2f} in with what sticks out; stack panels in rows, keep legends inside the "
                          "axes or under them) with fonts of at least 9 pt (a table's: table.auto_set_font_size(False),"
                          " table.set_fontsize(9))")
-    return data, {"width": round(width * CSS_PX_PER_INCH / dpi)}
+    return _encoded(pixels, dpi, points, colors), {"width": round(width * CSS_PX_PER_INCH / dpi)}
 
 
 def _png_width(data: bytes) -> int:
@@ -502,7 +614,8 @@ def _phone_layout(fig: Figure, *, in_place: bool, legends: bool = True,
         raise ValueError(f"this figure cannot be copied for its phone layout ({error}): draw it with picklable "
                          "artists (e.g. a named function, not a lambda, in a FuncFormatter)") from error
     plt.close(phone)  # a copy of a pyplot figure is registered with pyplot: it must not be shown
-    FigureCanvasAgg(phone)  # drawn off screen, whatever the backend
+    if not isinstance(phone.canvas, _SharedCanvas):  # drawn off screen, whatever the backend
+        _SharedCanvas(phone)
     panels = {}
     for ax in phone.axes:  # a twin shares its axes' cell: one panel; a colorbar follows its axes (constrained)
         spec = ax.get_subplotspec()

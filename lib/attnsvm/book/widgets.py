@@ -12,15 +12,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import io
 import itertools
 import json
 from collections.abc import Callable, Sequence
 from numbers import Real
 
 import matplotlib.pyplot as plt
-import PIL.Image
-import PIL.PngImagePlugin
 from IPython.display import display
 from matplotlib.figure import Figure
 
@@ -80,20 +77,6 @@ def _label(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _palette(data: bytes) -> bytes:
-    """A PNG quantized to at most ``FRAME_COLORS`` colours (no dithering: a figure's flat colours stay flat), with
-    its text chunks (``plots.TEXT_KEY``, ``plots.DPI_KEY``)."""
-    image = PIL.Image.open(io.BytesIO(data))
-    info = PIL.PngImagePlugin.PngInfo()
-    for key, value in image.text.items():
-        info.add_text(key, value)
-    quantized = image.convert("RGBA").quantize(colors=FRAME_COLORS, method=PIL.Image.Quantize.FASTOCTREE,
-                                               dither=PIL.Image.Dither.NONE)
-    buffer = io.BytesIO()
-    quantized.save(buffer, format="png", pnginfo=info)
-    return buffer.getvalue()
-
-
 def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
            ) -> tuple[list[str], list[list], list[str] | None]:
     """Draw ``draw(**values)`` for every combination of the controls' values (the last control varying fastest).
@@ -140,12 +123,13 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
         count *= len(grid)
     if count > MAX_FRAMES:
         raise ValueError(f"the controls make {count} frames, more than {MAX_FRAMES}: give fewer values")
-    images, figures = [], []
+    images, figures, renderers = [], [], {}
     for combination in itertools.product(*grids):
         figure = draw(**dict(zip(names, combination)))
         figure = figure if isinstance(figure, Figure) else plt.gcf()
         plt.close(figure)  # closed for pyplot, kept for its phone layout below
-        images.append(_palette(plots.png(figure, dpi=FRAME_DPI)[0]))
+        plots._SharedCanvas(figure, renderers)  # drawn off screen, one after the other: they share renderers
+        images.append(plots.png(figure, dpi=FRAME_DPI, colors=FRAME_COLORS)[0])
         figures.append(figure)
     strides = [1] * len(grids)
     for k in range(len(grids) - 2, -1, -1):
@@ -159,7 +143,8 @@ def frames(draw: Callable[..., Figure | None], **controls: Sequence[object]
                                  f"{_label(grid[position])} (at {others}): drop one of those values")
     phones = None
     if not all(plots.fits_phone(data, FRAME_DPI) for data in images):  # then every frame has a phone layout,
-        phones = [_palette(plots.png(phone, dpi=PHONE_FRAME_DPI, column_px=plots.PHONE_COLUMN_PX, tight=False)[0])
+        phones = [plots.png(phone, dpi=PHONE_FRAME_DPI, column_px=plots.PHONE_COLUMN_PX, tight=False,
+                            colors=FRAME_COLORS)[0]
                   for phone in plots.aligned_phone_layouts(figures)]  # cropped alike: saved as they are
     return _base64(images), grids, None if phones is None else _base64(phones)
 

@@ -18,7 +18,8 @@ from ..data import Problem, _seed
 from ..model import LOSSES, _loss_kind, _option
 from ..train import LogitGradient, Trajectory, uniform_init
 from ..train import _gradients as gradients
-from ..train._descent import _descend, _recorder  # the training loop of train.gd, which causal.gd runs on
+from ..train._descent import ENGINES, _descend, _recorder  # the training loop of train.gd, which causal.gd runs on
+from . import _causal_loop as compiled
 from ._problems import SequenceProblem, _problem, _values, candidates
 
 __all__ = ["attention", "gd", "logits", "loss", "loss_gradient", "outputs", "weight_gradient"]
@@ -367,11 +368,12 @@ def _initial(problem: SequenceProblem, init, seed: int) -> torch.Tensor:
 @torch.no_grad()  # a run records data, not a graph
 def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = True,
        init: str | ArrayLike | None = None, seed: int = 0, record_every: int = 1,
-       loss: str = "logistic") -> Trajectory:
+       loss: str = "logistic", engine: str = "auto") -> Trajectory:
     r"""Gradient descent on W for every problem of the batch: :math:`W \leftarrow W - \eta\, G/\|G\|_F` (normalized) or
     :math:`W - \eta\, G` (plain, paper C's Definition 3.7).
 
-    G is the exact ``weight_gradient``, on the training loop of ``train.gd``.
+    G is the exact ``weight_gradient``, on the training loop of ``train.gd``, or in a compiled loop that takes the
+    same steps in the space of the logits (its cost does not grow with d; see ``causal._causal_loop``).
 
     Parameters
     ----------
@@ -392,6 +394,10 @@ def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = Tr
         Record every this many steps.
     loss : str, default='logistic'
         A name of ``model.LOSSES``.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (a compiled CPU loop in the space of the logits: the same steps, many times faster), "torch"
+        (the torch loop of ``train.gd``), or "auto": the compiled loop where a problem has at most
+        ``causal._causal_loop.MAX_TOKENS`` tokens n T (its step costs (n T)^2 K operations), else the torch loop.
 
     Returns
     -------
@@ -421,12 +427,34 @@ def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = Tr
     steps, lr = positive_int(steps, "steps", minimum=0), _positive(lr, "lr")
     record_every = positive_int(record_every, "record_every")
     normalized, seed = boolean(normalized, "normalized"), _seed(seed)
+    engine = _option(engine, "engine", ENGINES)
     size = np.prod(problem.batch_shape, dtype=float)
     recorder = _recorder(steps, record_every, size * (problem.d ** 2 + problem.n * problem.K * problem.T + 1))
     _memory(size * 16.0 * problem.n * problem.K * (problem.T + problem.d),
             "problem (the gradient's terms of every query)")
     W = _initial(problem, init, seed)
-    _checked_logits(problem, W, "init")
+    initial_logits = _checked_logits(problem, W, "init")
+
+    def diverged(k: int, why: str) -> FloatingPointError:
+        return FloatingPointError(f"gd diverged at step {k} ({why}): lower lr (got {lr!r}), or scale the problem's "
+                                  f"tokens (or init) down")
+    if engine == "compiled" or (engine == "auto" and problem.n * problem.T <= compiled.MAX_TOKENS):
+        _memory(size * 2.0 * (problem.n * problem.T) ** 2, "problem (the Gram matrix of its tokens, engine 'compiled')")
+        Ws, step = compiled.gd(problem, W, initial_logits, _values(problem), 1 if problem.causal else 0, loss, lr,
+                               normalized, recorder.steps)
+        if step is not None:
+            raise diverged(step, "W overflowed float64")
+        try:  # `attention` and `loss` of every record, their operations once
+            probs = torch.softmax(_checked_logits(problem, Ws).masked_fill(~candidates(problem), -torch.inf), dim=-1)
+            f = finite_result((probs * _values(problem)).sum(-1), "the attention outputs f_ik",
+                              "the problem's token scores are too large (scale X or V down)")
+            risk = finite_result(LOSSES[loss].value(f).mean((-2, -1)), "the loss",
+                                 f"the {loss} loss of the outputs overflows (scale W or the problem's tokens down)")
+        except (ValueError, FloatingPointError) as err:  # the arguments are checked: only an overflow gets here
+            unbounded = ~torch.isfinite(Ws).flatten(1).all(-1)
+            raise diverged(int(recorder.steps[int(unbounded.nonzero()[0, 0])]) if unbounded.any() else steps,
+                           str(err)) from err
+        return Trajectory(steps=np.array(recorder.steps), W=Ws, probs=probs, loss=risk)
     plan = _Plan(problem, problem.batch_shape)
 
     def evaluate(params: tuple, k: int, wants: bool):
@@ -442,8 +470,7 @@ def gd(problem: SequenceProblem, *, steps: int, lr: float, normalized: bool = Tr
             except ValueError as err:  # the arguments are checked: only overflowing logits get here
                 raise FloatingPointError(str(err)) from err
         except FloatingPointError as err:
-            raise FloatingPointError(f"gd diverged at step {k} ({err}): lower lr (got {lr!r}), or scale the problem's "
-                                     f"tokens (or init) down") from err
+            raise diverged(k, str(err)) from err
         return (G,), log_scale, record
     _descend((W,), evaluate, recorder, steps, lr, normalized)
     return recorder.trajectory()

@@ -9,14 +9,16 @@ log-space form): a normalized step needs only its direction.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
 from .._checks import boolean, positive_float, positive_int, which_problems
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
+from . import _diagonal_loop as compiled
 from . import _gradients as gradients
-from ._descent import Trajectory, _blame, _finite_trajectory, _recorder, _unit
+from ._descent import ENGINES, Trajectory, _blame, _finite_trajectory, _recorder, _unit
 from ._initial import initial_vector
 
 __all__ = ["diagonal_gd"]
@@ -51,7 +53,8 @@ def _starts(problem: Problem, factorized: bool, init) -> tuple[torch.Tensor, ...
 
 @torch.no_grad()  # a run records data, not a graph
 def diagonal_gd(problem: Problem, *, factorized: bool, steps: int, lr: float, init: ArrayLike | tuple | None = None,
-                normalized: bool = True, record_every: int = 1, loss: str = "logistic") -> Trajectory:
+                normalized: bool = True, record_every: int = 1, loss: str = "logistic",
+                engine: str = "auto") -> Trajectory:
     r"""Gradient descent on diagonal attention: on w for :math:`W = \mathrm{diag}(w)`, or on (k, q) for
     :math:`W = \mathrm{diag}(k)\,\mathrm{diag}(q) = \mathrm{diag}(k \odot q)`, for every problem in the batch.
 
@@ -80,6 +83,9 @@ def diagonal_gd(problem: Problem, *, factorized: bool, steps: int, lr: float, in
         Record every this many steps.
     loss : str, default='logistic'
         A name of ``model.LOSSES``.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (a compiled CPU loop: the same steps, many times faster), "torch" (the batched torch loop), or
+        "auto": the compiled loop, which runs every option of this function.
 
     Returns
     -------
@@ -110,13 +116,19 @@ def diagonal_gd(problem: Problem, *, factorized: bool, steps: int, lr: float, in
     factorized, normalized = boolean(factorized, "factorized"), boolean(normalized, "normalized")
     steps, lr = positive_int(steps, "steps", minimum=0), positive_float(lr, "lr")
     record_every, loss = positive_int(record_every, "record_every"), _option(loss, "loss", tuple(LOSSES))
+    engine = _option(engine, "engine", ENGINES)
     params = _starts(problem, factorized, init)
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     entries = float(torch.tensor(batch, dtype=torch.float64).prod()) * (3 * d * d + n * T + 1)
     recorder = _recorder(steps, record_every, entries)
+    blame = _blame(f"lr={lr!r}", "init")
+    if engine != "torch":  # the problem is on the CPU (`_checked_problem`): the compiled loop runs every option
+        k, q, probs, risk = compiled.gd(problem, params, factorized, loss, lr, normalized, recorder.steps)
+        factors = dict(K=torch.diag_embed(k), Q=torch.diag_embed(q)) if factorized else {}
+        return _finite_trajectory(Trajectory(steps=np.array(recorder.steps), probs=probs, loss=risk,
+                                             W=torch.diag_embed(k * q if factorized else k), **factors), blame)
     phi = problem.X * problem.Z[..., None, :]
     values = _token_values(problem, problem.v)
-    blame = _blame(f"lr={lr!r}", "init")
     with _overflow("gradient descent's iterates", blame, "lower lr"):
         for step in range(steps + 1):
             w = params[0] if not factorized else params[0] * params[1]

@@ -17,12 +17,24 @@ problem of a batch with its own step, accepted when ||y5 - y4|| <= rtol (1 + ||t
 
 The flow on factors conserves K^T K - Q^T Q (diagonal: k * k - q * q); a Runge-Kutta method does not conserve
 it exactly, so each record carries its drift ||C(s) - C(0)||_F, a check on the integration.
+
+On the CPU the integrator runs compiled with Numba (`_run`, engine "compiled"): at the book's sizes a step of the
+batched torch loop is some three hundred tiny tensor operations (six evaluations of the velocity), and their
+overhead, not the arithmetic, sets its time. It follows `_cpu_loop`'s design: every array ends in the lane axis,
+one problem per lane, BLOCK problems a call, so a problem's flow does not depend on the batch it is in. Its
+velocity takes the exact log-space gradient of `_diagonal_loop` (``gradients.logit_gradient``'s formulas); its
+Dormand-Prince loop is the torch loop's, operation for operation (the stages' sums in the same order, without
+fast-math), every lane stepping in lockstep as the torch loop's problems do. The two sum the gradient in other
+orders and agree to round-off (tests/lib/test_flow.py). Numba's cache keys on the file that defines a function:
+after an edit of `_diagonal_loop` or `_cpu_loop`, clear this module's files in ``__pycache__``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
@@ -31,7 +43,10 @@ from .._checks import as_array, positive_float, positive_int
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _memory_budget, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
+from ._cpu_loop import BLOCK, LOSS_CODES, _lanes
+from ._descent import ENGINES
 from ._diagonal import _starts
+from ._diagonal_loop import LANE_MATH, ROWS, _combine, _sequence
 from ._initial import initial_parameters
 
 __all__ = ["Flow", "gradient_flow", "FLOW_PARAMS"]
@@ -162,7 +177,7 @@ def _invariant(param: str, theta: tuple) -> torch.Tensor | None:
 @torch.no_grad()  # a flow records data, not a graph
 def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple | None, record_at: ArrayLike,
                   rtol: float = 1e-10, loss: str = "logistic", m: int | None = None, seed: int = 0,
-                  max_steps: int = 200_000) -> Flow:
+                  max_steps: int = 200_000, engine: str = "auto") -> Flow:
     r"""Gradient flow on W, on (K, Q) with :math:`W = KQ^\top`, on w with :math:`W = \mathrm{diag}(w)` or on (k, q)
     with :math:`W = \mathrm{diag}(k \odot q)`, for every problem in the batch.
 
@@ -192,6 +207,9 @@ def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple
         The seed of "uniform".
     max_steps : int, default=200000
         The most steps (accepted or rejected) per problem.
+    engine : {'auto', 'compiled', 'torch'}, default='auto'
+        "compiled" (the integrator compiled for the CPU: the same steps, many times faster), "torch" (the batched
+        torch loop), or "auto": the compiled one, which runs every option of this function.
 
     Returns
     -------
@@ -226,7 +244,7 @@ def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple
     if rtol > 1e-2 or rtol < 1e-14:
         raise ValueError(f"rtol must lie in [1e-14, 1e-2] (float64 cannot meet less; more is no integration), got "
                          f"{rtol!r}")
-    max_steps = positive_int(max_steps, "max_steps")
+    max_steps, engine = positive_int(max_steps, "max_steps"), _option(engine, "engine", ENGINES)
     batch, d = problem.batch_shape, problem.d
     if param in ("W", "KQ"):
         theta = initial_parameters(problem, param, init, d if m is None else m, seed)
@@ -242,8 +260,298 @@ def gradient_flow(problem: Problem, *, param: str, init: str | ArrayLike | tuple
     values = _token_values(flat, flat.v)
     blame = "the problem's tokens or init are too large, or rtol too loose"
     with _overflow("the gradient flow", blame):
-        records, steps, rejected = _integrate(flat, param, theta, times, rtol, phi, values, loss, max_steps)
-    return _flow_record(problem, param, records, times, steps, rejected, loss, batch, B)
+        if engine == "torch":
+            records, steps, rejected = _integrate(flat, param, theta, times, rtol, phi, values, loss, max_steps)
+            outputs = None
+        else:  # the problem is on the CPU (`_checked_problem`): the compiled loop runs every option
+            records, steps, rejected, probs, risk, failure = _compiled(flat, param, theta, times, rtol, loss,
+                                                                       max_steps)
+            if failure is not None:
+                _fail(failure[0], max_steps, failure[1])
+            outputs = (probs, risk)
+    return _flow_record(problem, param, records, times, steps, rejected, loss, batch, B, outputs)
+
+
+# ------------------------------------------------------------------ the compiled integrator (engine "compiled")
+
+_PARAM_CODES = {name: code for code, name in enumerate(FLOW_PARAMS)}  # W, KQ, diagonal, diagonal_KQ
+_RUNNING, _TOO_MANY_STEPS, _STEP_TOO_SMALL = 0, 1, 2  # how `_run` ends
+
+
+@numba.njit(cache=True, fastmath=LANE_MATH, error_model="numpy")
+def _lane_velocity(param, m, y, out, X, Z, phi, Y, U, counts, loss, log_n, W, WZ, A, w, grad, g, s, e, f, weights,
+                   lanes):
+    """out = -(1 + ||y||) G / ||G|| on every lane (0 where G = 0; G scaled by its largest entry first), G the
+    gradient of the loss at the parameters y (P, L) of `param` (`_PARAM_CODES`; W row by row, K then Q (d, m) row
+    by row, w, or k then q), as `_velocity` computes it; the gradient is `_diagonal_loop`'s exact one."""
+    n, T, d, L = X.shape
+    if param >= 2:  # diagonal: logits phi_it . w, dL/dw = sum_it g_it phi_it
+        for p in range(d):
+            for b in range(L):
+                w[p, b] = y[p, b] if param == 2 else y[p, b] * y[d + p, b]
+        for i in range(n):
+            for t in range(T):
+                for b in range(L):
+                    g[i, t, b] = 0.0
+                for p in range(d):
+                    for b in range(L):
+                        g[i, t, b] += phi[i, t, p, b] * w[p, b]
+            _sequence(i, T, Y, U, loss, log_n, g, s, e, f, weights, lanes)
+        _combine(n, counts, Y, g, weights, lanes)
+        for p in range(d):
+            for b in range(L):
+                grad[p, b] = 0.0
+        for i in range(n):
+            for t in range(T):
+                for p in range(d):
+                    for b in range(L):
+                        grad[p, b] += g[i, t, b] * phi[i, t, p, b]
+        for p in range(d):
+            for b in range(L):
+                if param == 2:
+                    out[p, b] = grad[p, b]
+                else:
+                    out[p, b], out[d + p, b] = grad[p, b] * y[d + p, b], grad[p, b] * y[p, b]
+    else:
+        for p in range(d):
+            for q in range(d):
+                for b in range(L):
+                    W[p, q, b] = 0.0
+                if param == 0:
+                    for b in range(L):
+                        W[p, q, b] = y[p * d + q, b]
+                else:  # W = K Q^T
+                    for c in range(m):
+                        for b in range(L):
+                            W[p, q, b] += y[p * m + c, b] * y[d * m + q * m + c, b]
+        for i in range(n):
+            for p in range(d):
+                for b in range(L):
+                    WZ[i, p, b] = 0.0
+                for q in range(d):
+                    for b in range(L):
+                        WZ[i, p, b] += W[p, q, b] * Z[i, q, b]
+            for t in range(T):
+                for b in range(L):
+                    g[i, t, b] = 0.0
+                for p in range(d):
+                    for b in range(L):
+                        g[i, t, b] += X[i, t, p, b] * WZ[i, p, b]
+            _sequence(i, T, Y, U, loss, log_n, g, s, e, f, weights, lanes)
+        _combine(n, counts, Y, g, weights, lanes)
+        for i in range(n):  # A_i = sum_t g_it x_it; D = sum_i A_i z_i^T (in W)
+            for p in range(d):
+                for b in range(L):
+                    A[i, p, b] = 0.0
+                for t in range(T):
+                    for b in range(L):
+                        A[i, p, b] += g[i, t, b] * X[i, t, p, b]
+        for p in range(d):
+            for q in range(d):
+                for b in range(L):
+                    W[p, q, b] = 0.0
+                for i in range(n):
+                    for b in range(L):
+                        W[p, q, b] += A[i, p, b] * Z[i, q, b]
+        if param == 0:
+            for p in range(d):
+                for q in range(d):
+                    for b in range(L):
+                        out[p * d + q, b] = W[p, q, b]
+        else:  # dL/dK = D Q, dL/dQ = D^T K
+            for p in range(d):
+                for c in range(m):
+                    for b in range(L):
+                        out[p * m + c, b], out[d * m + p * m + c, b] = 0.0, 0.0
+                    for q in range(d):
+                        for b in range(L):
+                            out[p * m + c, b] += W[p, q, b] * y[d * m + q * m + c, b]
+                            out[d * m + p * m + c, b] += W[q, p, b] * y[q * m + c, b]
+    P = y.shape[0]
+    for b in range(L):
+        lanes[0, b], lanes[1, b], lanes[2, b] = 0.0, 0.0, 0.0  # scale, ||G / scale||^2, ||y||^2
+    for a in range(P):
+        for b in range(L):
+            lanes[0, b] = max(lanes[0, b], abs(out[a, b]))
+    for b in range(L):
+        lanes[0, b] = lanes[0, b] if lanes[0, b] > 0 else 1.0
+    for a in range(P):
+        for b in range(L):
+            unit = out[a, b] / lanes[0, b]
+            lanes[1, b] += unit * unit
+            lanes[2, b] += y[a, b] * y[a, b]
+    for b in range(L):
+        norm = math.sqrt(lanes[1, b])
+        lanes[1, b] = -((1 + math.sqrt(lanes[2, b])) / (lanes[0, b] * norm)) if norm > 0 else 0.0
+    for a in range(P):
+        for b in range(L):
+            out[a, b] = lanes[1, b] * out[a, b]
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _record_outputs(r, b, loss, Y, s, f, probs, risks):
+    """Record r of lane b: the attention s into probs (R + 1, n, T, L) and the risk of the outputs f (the loss with
+    code `loss`, as `model.LOSSES`) into risks (R + 1, L)."""
+    n, T = s.shape[0], s.shape[1]
+    risk = 0.0
+    for i in range(n):
+        margin = Y[i, b] * f[i, b]
+        risk += (max(-margin, 0.0) + math.log1p(math.exp(-abs(margin))) if loss == 0 else
+                 (math.exp(-margin) if loss == 1 else -margin))
+        for t in range(T):
+            probs[r, i, t, b] = s[i, t, b]
+    risks[r, b] = risk / n
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _norms(parts, out):
+    """out[b] = the Euclidean norm of parts[:, b] (P, L)."""
+    for b in range(parts.shape[1]):
+        out[b] = 0.0
+    for a in range(parts.shape[0]):
+        for b in range(parts.shape[1]):
+            out[b] += parts[a, b] * parts[a, b]
+    for b in range(parts.shape[1]):
+        out[b] = math.sqrt(out[b])
+
+
+@numba.njit(cache=True, error_model="numpy")  # no fast-math: the torch loop's arithmetic, operation for operation
+def _run(param, m, theta0, X, Z, phi, Y, U, loss, times, rtol, max_steps, records, probs, risks, steps, rejected, s):
+    """Every lane's flow from theta0 (P, L) to the last of `times`, as `_integrate` takes it (lockstep, each lane its
+    own step); the parameters at s = 0 and at `times` go to records (R + 1, P, L), the attention there to probs
+    (R + 1, n, T, L) and the risk to risks (R + 1, L), the accepted and rejected steps to steps and rejected (L,),
+    the lanes' times to s (L,). Returns _RUNNING when every lane reached its last record, else _TOO_MANY_STEPS or
+    _STEP_TOO_SMALL (the torch loop's errors)."""
+    n, T, d, L = X.shape
+    P, R = theta0.shape[0], len(times)
+    W, WZ, A = np.empty((d, d, L)), np.empty((n, d, L)), np.empty((n, d, L))
+    w, grad = np.empty((d, L)), np.empty((d, L))
+    g, s_, e = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, T, L))
+    f, weights, lanes = np.empty((n, L)), np.empty((n, L)), np.empty((ROWS, L))
+    counts = np.full(n, T, dtype=np.int64)
+    log_n = math.log(n)
+    theta, ks, y, acc = theta0.copy(), np.empty((7, P, L)), np.empty((P, L)), np.empty((P, L))
+    error, norm_theta, norm_new, norm_error = np.empty((P, L)), np.empty(L), np.empty(L), np.empty(L)
+    h, hh, index, done, clipped, accept = (np.empty(L), np.empty(L), np.zeros(L, dtype=np.int64),
+                                           np.empty(L, dtype=np.bool_), np.empty(L, dtype=np.bool_),
+                                           np.empty(L, dtype=np.bool_))
+    for b in range(L):
+        s[b], h[b], steps[b], rejected[b] = 0.0, min(1e-3, times[0]), 0, 0
+    records[0] = theta
+    _lane_velocity(param, m, theta, ks[0], X, Z, phi, Y, U, counts, loss, log_n, W, WZ, A, w, grad, g, s_, e, f,
+                   weights, lanes)
+    for b in range(L):
+        _record_outputs(0, b, loss, Y, s_, f, probs, risks)
+    while True:
+        running = False
+        for b in range(L):
+            running |= index[b] < R
+        if not running:
+            return _RUNNING
+        for b in range(L):
+            done[b] = index[b] >= R
+            gap = times[min(index[b], R - 1)] - s[b]
+            clipped[b] = h[b] >= gap
+            hh[b] = 0.0 if done[b] else (gap if clipped[b] else h[b])
+        for stage in range(1, 7):
+            for a in range(P):
+                for b in range(L):
+                    acc[a, b] = 0.0
+            for j in range(stage):
+                if _A_TABLE[stage, j] != 0.0:
+                    for a in range(P):
+                        for b in range(L):
+                            acc[a, b] = acc[a, b] + _A_TABLE[stage, j] * ks[j, a, b]
+            for a in range(P):
+                for b in range(L):
+                    y[a, b] = theta[a, b] + hh[b] * acc[a, b]
+            _lane_velocity(param, m, y, ks[stage], X, Z, phi, Y, U, counts, loss, log_n, W, WZ, A, w, grad, g, s_,
+                           e, f, weights, lanes)
+        for a in range(P):  # y is the 5th-order solution (FSAL: ks[6] is the velocity there)
+            for b in range(L):
+                error[a, b] = 0.0
+        for j in range(7):
+            if _E_TABLE[j] != 0.0:
+                for a in range(P):
+                    for b in range(L):
+                        error[a, b] = error[a, b] + _E_TABLE[j] * ks[j, a, b]
+        for a in range(P):
+            for b in range(L):
+                error[a, b] = hh[b] * error[a, b]
+        _norms(error, norm_error)
+        _norms(theta, norm_theta)
+        _norms(y, norm_new)
+        too_many, too_small = False, False
+        for b in range(L):
+            err = norm_error[b] / (rtol * (1 + max(norm_theta[b], norm_new[b])))
+            err = err if math.isfinite(err) else np.inf
+            accept[b] = err <= 1 and not done[b]
+            if accept[b]:
+                for a in range(P):
+                    theta[a, b], ks[0, a, b] = y[a, b], ks[6, a, b]
+                s[b] = times[min(index[b], R - 1)] if clipped[b] else s[b] + hh[b]
+                if clipped[b]:  # the last stage was evaluated at the new theta: its attention and outputs
+                    index[b] += 1
+                    for a in range(P):
+                        records[index[b], a, b] = theta[a, b]
+                    _record_outputs(index[b], b, loss, Y, s_, f, probs, risks)
+            factor = min(max(0.9 * max(err, 1e-10) ** -0.2, 0.2), 5.0)
+            proposed = hh[b] * factor
+            if not done[b]:
+                h[b] = max(h[b], proposed) if accept[b] and clipped[b] else proposed
+            steps[b] += accept[b]
+            rejected[b] += not accept[b] and not done[b]
+            too_many |= steps[b] + rejected[b] > max_steps
+            too_small |= h[b] < 1e-14 * (1 + s[b]) and not done[b]
+        if too_many:
+            return _TOO_MANY_STEPS
+        if too_small:
+            return _STEP_TOO_SMALL
+
+
+_A_TABLE = np.zeros((7, 7))
+for _row, _coefficients in enumerate(_A):
+    _A_TABLE[_row, :len(_coefficients)] = _coefficients
+_E_TABLE = np.array(_E)
+
+
+def _compiled(problem: Problem, param: str, theta: tuple, times: np.ndarray, rtol: float, loss: str,
+              max_steps: int):
+    """`_integrate` on the compiled loop: the records (R+1, B, ...), the step counts (B,), the attention
+    (R+1, B, n, T) and the risk (R+1, B) at the records and, if a lane ended with an error, (the code, the smallest
+    s of its block)."""
+    B, R = theta[0].shape[0], len(times)
+    n, T, d = problem.n, problem.T, problem.d
+    shapes = [p.shape[1:] for p in theta]
+    m = shapes[0][-1] if param == "KQ" else 0
+    size, padded, lanes_last = _lanes((B,))
+    flat = torch.cat([p.reshape(B, -1) for p in theta], 1)
+    phi = problem.X * problem.Z[..., None, :] if "diagonal" in param else torch.zeros(B, n, T, 1, dtype=torch.float64)
+    values = _token_values(problem, problem.v)
+    arrays = (lanes_last(flat, flat.shape[1:]), lanes_last(problem.X, (n, T, d)), lanes_last(problem.Z, (n, d)),
+              lanes_last(phi, phi.shape[1:]), lanes_last(problem.Y, (n,)), lanes_last(values, (n, T)))
+    records, probs, risks = np.empty((R + 1, flat.shape[1], padded)), np.empty((R + 1, n, T, padded)), \
+        np.empty((R + 1, padded))
+    counts = [np.empty(padded, dtype=np.int64) for _ in range(2)]
+    for start in range(0, padded, BLOCK):
+        block = slice(start, start + BLOCK)
+        parts = [np.empty(a[..., block].shape) for a in (records, probs, risks)]
+        steps, rejected = (np.empty(parts[0].shape[-1], dtype=np.int64) for _ in range(2))
+        reached = np.empty(parts[0].shape[-1])
+        code = _run(_PARAM_CODES[param], m, *(np.ascontiguousarray(a[..., block]) for a in arrays), LOSS_CODES[loss],
+                    times, float(rtol), int(max_steps), *parts, steps, rejected, reached)
+        if code != _RUNNING:
+            return None, None, None, None, None, (code, float(reached.min()))
+        for a, part in zip((records, probs, risks), parts):
+            a[..., block] = part
+        counts[0][block], counts[1][block] = steps, rejected
+    flat_records = torch.from_numpy(np.moveaxis(records[..., :size], -1, 1).copy())  # (R+1, B, P)
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    parts = torch.split(flat_records, sizes, dim=-1)
+    records = tuple(part.reshape((R + 1, B) + tuple(shape)) for part, shape in zip(parts, shapes))
+    return (records, torch.from_numpy(counts[0][:size]), torch.from_numpy(counts[1][:size]),
+            torch.from_numpy(np.moveaxis(probs[..., :size], -1, 1).copy()), torch.from_numpy(risks[:, :size].copy()),
+            None)
 
 
 def _integrate(problem, param, theta, times, rtol, phi, values, loss, max_steps):
@@ -288,18 +596,27 @@ def _integrate(problem, param, theta, times, rtol, phi, values, loss, max_steps)
         steps += accept.long()
         rejected += (~accept & ~done).long()
         if bool(((steps + rejected) > max_steps).any()):
-            raise RuntimeError(f"the gradient flow needed more than max_steps={max_steps} steps for a problem (it had "
-                               f"reached s = {float(s.min()):.4g}): raise max_steps, loosen rtol or record at "
-                               "earlier times; if the loss has a finite minimizer the flow reaches it at a finite "
-                               "s, beyond which the time s does not go on (record before it)")
+            _fail(_TOO_MANY_STEPS, max_steps, float(s.min()))
         if bool(((h < 1e-14 * (1 + s)) & ~done).any()):
-            raise FloatingPointError("the gradient flow's step fell below 1e-14 (the integrator cannot meet rtol "
-                                     "there): loosen rtol, or the problem's tokens are too large")
+            _fail(_STEP_TOO_SMALL, max_steps, float(s.min()))
     return records, steps, rejected
 
 
-def _flow_record(problem, param, records, times, steps, rejected, loss, batch, B) -> Flow:
-    """The Flow of the records (R+1, B, ...), reshaped to the problems' batch shape."""
+def _fail(code: int, max_steps: int, reached: float):
+    """The integrator's error `code` (both engines): too many steps (it had reached s = `reached`), or a step
+    below 1e-14."""
+    if code == _TOO_MANY_STEPS:
+        raise RuntimeError(f"the gradient flow needed more than max_steps={max_steps} steps for a problem (it had "
+                           f"reached s = {reached:.4g}): raise max_steps, loosen rtol or record at "
+                           "earlier times; if the loss has a finite minimizer the flow reaches it at a finite "
+                           "s, beyond which the time s does not go on (record before it)")
+    raise FloatingPointError("the gradient flow's step fell below 1e-14 (the integrator cannot meet rtol "
+                             "there): loosen rtol, or the problem's tokens are too large")
+
+
+def _flow_record(problem, param, records, times, steps, rejected, loss, batch, B, outputs=None) -> Flow:
+    """The Flow of the records (R+1, B, ...), reshaped to the problems' batch shape; its attention and risk are
+    `outputs` ((R+1, B, n, T), (R+1, B)), or computed here from W where None."""
     R1 = len(times) + 1
     if param == "W":
         W = records[0]
@@ -309,12 +626,15 @@ def _flow_record(problem, param, records, times, steps, rejected, loss, batch, B
         W = torch.diag_embed(records[0] if param == "diagonal" else records[0] * records[1])
     shape = lambda x: x.reshape((R1,) + batch + x.shape[2:])  # noqa: E731
     W = shape(W)
-    grad = gradients._weight_gradient(problem, W, loss, None, _token_values(problem, problem.v))[2]
+    if outputs is None:
+        grad = gradients._weight_gradient(problem, W, loss, None, _token_values(problem, problem.v))[2]
+        probs, risk = grad.probs, _risk(LOSSES[loss], problem, grad.outputs)
+    else:
+        probs, risk = (shape(part) for part in outputs)
     K = Q = drift = None
     if param in ("KQ", "diagonal_KQ"):
         C = _invariant(param, records)
         drift = shape((C - C[0]).flatten(2).norm(dim=-1)[..., None])[..., 0]
         K, Q = (shape(r if param == "KQ" else torch.diag_embed(r)) for r in records)
-    return Flow(s=np.concatenate([[0.0], times]), W=W, probs=grad.probs,
-                loss=_risk(LOSSES[loss], problem, grad.outputs), K=K, Q=Q, drift=drift,
+    return Flow(s=np.concatenate([[0.0], times]), W=W, probs=probs, loss=risk, K=K, Q=Q, drift=drift,
                 steps=steps.reshape(batch), rejected=rejected.reshape(batch))
