@@ -37,7 +37,7 @@ import torch
 from ..train._cpu_loop import BLOCK, LOSS_CODES, _lanes
 from ..train._diagonal_loop import LANE_MATH, LOG_SCALE, ROWS, _combine, _sequence
 
-__all__: list[str] = []  # `causal.gd` runs it
+__all__ = ["gd"]  # `causal.gd` runs it
 
 GUARD = 1e-4  # ||G||^2 below GUARD (sum of the terms' sizes)^2: the norm from G formed in full
 MAX_TOKENS = 512  # engine "auto" runs the compiled loop where n T is at most this (its step costs (n T)^2 K)

@@ -32,7 +32,7 @@ import torch
 from ..data import Problem
 from ._cpu_loop import BLOCK, LOSS_CODES, _exp, _lanes, _log, _log1p
 
-__all__: list[str] = []  # `train.diagonal_gd` runs it
+__all__ = ["gd"]  # `train.diagonal_gd` runs it
 
 _FLOOR = -1000.0  # e^x below this is 0 in float64: the floor keeps -inf out of libmvec's e^x
 # Fused multiply-adds, but no reassociation: with it LLVM sums a lane's terms in another order in the remainder of a
