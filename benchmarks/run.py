@@ -303,7 +303,7 @@ def mirror(share: int) -> None:
     early = max(np.abs(_unit(ref_runs[b][0][100]) - _unit(run.W[1, b])).max() for b in range(share))
     row("MD (p = 1.75) on W + lp SVMs, 100 runs x 1500 it.", t_ref * 100 / share, t_lib,
         f"W(100) direction {early:.0e}", f"(reference: {share} runs, x{100 // share})",
-        reference_is="the authors' loop (autograd, ||g||_q + eps), one problem at a time; cvxpy pnorm for the SVMs")
+        reference_is="the authors' loop (autograd, g divided by its q-norm + eps), one problem at a time; cvxpy pnorm for the SVMs")
 
 
 def _processor() -> str:
