@@ -67,7 +67,8 @@ def test_bad_arguments_are_named(points, workers, match):
         ranks.grid(points, workers=workers)
 
 
-@pytest.mark.parametrize("n, T, d", [(15, 5, 2), (10, 5, 2), (5, 15, 2), (15, 5, 3), (5, 5, 3), (4, 3, 1), (6, 4, 4)])
+@pytest.mark.parametrize("n, T, d", [(15, 5, 2), (10, 5, 2), (5, 15, 2), (15, 5, 3), (5, 5, 3), (4, 3, 1), (6, 4, 4),
+                                     (15, 5, 5), (5, 15, 5)])
 def test_the_screen_gives_svm_feasibles_flags(n, T, d):
     """The compiled screen with its certificates (`_feasible`) says what ``svm.feasible`` says, problem for problem,
     on 600 random problems per point, rare feasibility (n = 15, d = 2: about 1 in 1000) and common alike."""
@@ -95,7 +96,8 @@ def test_the_screen_decides_degenerate_and_rescaled_problems_as_svm_does():
     assert not flags[:10].any() and flags[10:50].any() and not flags[10:50].all()
 
 
-@pytest.mark.parametrize("n, T, d, count, chunk", [(15, 5, 2, 3, 2000), (10, 5, 2, 6, 100), (15, 5, 3, 5, 700)])
+@pytest.mark.parametrize("n, T, d, count, chunk", [(15, 5, 2, 3, 2000), (10, 5, 2, 6, 100), (15, 5, 3, 5, 700),
+                                                    (5, 15, 5, 30, 2000)])
 def test_feasible_problems_are_those_of_sample_feasible(monkeypatch, n, T, d, count, chunk):
     """The screened sampler draws and keeps exactly what ``theory.sample_feasible`` does, chunk after chunk."""
     screened = ranks.feasible_problems(n, T, d, count=count, max_draws=20_000, chunk=chunk)

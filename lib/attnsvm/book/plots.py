@@ -254,9 +254,9 @@ class _SharedMathtext(MathTextParser):
     """Matplotlib's mathtext parser of Agg renderers (``output="path"``) with one cache of layouts for every renderer
     that uses it: matplotlib gives each renderer its own parser (50 layouts), and a picture takes several renderers
     (a tight save draws at two sizes, a phone layout at the screen's and the saved resolution), so that an
-    explorer's frames laid the same labels out again and again (a fifth of their time). A layout depends on its
-    text, font properties, dpi, antialiasing and hinting (the cache's key) and on the font and mathtext rcParams
-    (``_shared_mathtext`` keeps one parser per setting of them)."""
+    explorer's frames laid the same labels out again and again (a fifth of the time of Chapter 4's 30 frames,
+    measured). A layout depends on its text, font properties, dpi, antialiasing and hinting (the cache's key) and on
+    the font and mathtext rcParams (``_shared_mathtext`` keeps one parser per setting of them)."""
 
     if hasattr(MathTextParser, "_parse_cached"):  # matplotlib's own cache, unwrapped and made larger
         _parse_cached = functools.lru_cache(maxsize=4096)(

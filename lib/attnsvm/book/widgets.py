@@ -4,7 +4,10 @@ Jupyter; for values between the frames, call the chapter's ``draw(...)`` in a ru
 need one on a phone (``plots.fits_phone``), each frame has a phone layout too, shown in windows that match
 ``plots.PHONE_MEDIA``, at twice the display resolution (phones' screens have two or three device pixels per CSS
 pixel). Every frame is stored with a palette of at most ``FRAME_COLORS`` colours, which keeps the page small (a
-phone frame at 2x weighs less than an unquantized one at 1x).
+phone frame at 2x weighs less than an unquantized one at 1x). The frames are drawn one after the other on off-screen
+canvases that share renderers and mathtext layouts (``plots._SharedCanvas``), each picture drawn once and quantized
+from its pixels (``plots.png`` with ``colors``): the bytes of each figure drawn alone, in about half the time
+(tests/lib/test_frame_rendering.py).
 """
 
 from __future__ import annotations

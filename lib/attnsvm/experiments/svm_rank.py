@@ -38,7 +38,7 @@ from ..svm._attention import MAX_NORM, SCALES
 __all__ = ["Spectra", "feasible_problems", "grid", "spectra", "CHUNK_SEED_STRIDE"]
 
 CHUNK_SEED_STRIDE = 10**6  # chunk j of a point has seed base + j * CHUNK_SEED_STRIDE (bases are below 10**6)
-SCREEN_MAX_D = 3  # the compiled screen runs where d <= this (there feasibility is rare; elsewhere it seldom pays)
+SCREEN_MAX_D = 5  # the compiled screen runs where d <= this (beyond, few problems are drawn and scipy is as fast)
 _EPS = float(np.finfo(np.float64).eps)
 
 
