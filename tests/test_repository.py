@@ -50,3 +50,19 @@ def test_the_readme_and_the_status_page_show_the_same_benchmark_run():
     stored = json.loads((ROOT / "benchmarks" / "results.json").read_text())
     assert shown == stored["table"].strip()
     assert "benchmarks/results.json" in (ROOT / "book_src" / "status.md").read_text()
+
+
+def test_the_status_page_was_executed_after_every_page():
+    """The status page prints every stored page's execution time, so it must be executed last (`make notebooks`
+    does): a page re-executed after it leaves the status page's stored table stale, and nbval fails on it."""
+    import json
+
+    def stamps(name):
+        cells = json.loads((ROOT / "book" / name).read_text())["cells"]
+        return [c["metadata"].get("execution", {}) for c in cells if c["cell_type"] == "code"]
+
+    started = min(s["iopub.execute_input"] for s in stamps("status.ipynb") if "iopub.execute_input" in s)
+    later = sorted(page.name for page in (ROOT / "book").glob("*.ipynb") if page.name != "status.ipynb"
+                   and any(s.get("shell.execute_reply", "") > started for s in stamps(page.name)))
+    assert not later, (f"{later} were executed after book/status.ipynb: execute it again, last "
+                       f"(cd book && jupyter execute --inplace status.ipynb)")
