@@ -149,8 +149,9 @@ def recompile(module, name: str, old: str, new: str, callers: tuple = ()) -> Non
 
 
 def torch_loop_only() -> None:
-    """Route every training of W, of (K, Q) and of paper B's p through the torch loops: the compiled engines
-    compute the gradient themselves and would bypass a fault in the Python gradient. Its W loop returns what
+    """Route every training (W, (K, Q), paper B's p, Polyak steps, the diagonal model and its flow, the causal and
+    next-token models) through the torch loops: the compiled engines compute the gradient themselves and would
+    bypass a fault in the Python gradient. Its W loop returns what
     `compiled.gd` returns."""
     from functools import partial, reduce
     from math import gcd
@@ -173,8 +174,11 @@ def torch_loop_only() -> None:
     from attnsvm.train import _mirror as mirror
     # mirror descent's compiled loop takes neither the torch loop's maps nor its step: run the torch loop
     patch(mirror, "_train", lambda original: lambda *arguments: original(*arguments[:-1], "torch"))
-    # paper B's query p trains in its own compiled loop (_prompt_loop) unless told otherwise
-    patch(train, "gd_prompt", lambda original: partial(original, engine="torch"))
+    # the other trainers with a compiled loop of their own: their torch loops, unless told otherwise
+    from attnsvm import causal
+    for module, name in ((train, "gd_prompt"), (train, "polyak"), (train, "diagonal_gd"), (train, "gradient_flow"),
+                         (causal, "gd"), (causal, "ntp_gd")):
+        patch(module, name, lambda original: partial(original, engine="torch"))
 
 
 @fault(is_control=True)
@@ -730,7 +734,7 @@ def diagonal_kq_same_gradient():
 
     @torch.no_grad()
     def diagonal_gd(problem, *, factorized, steps, lr, init=None, normalized=True, record_every=1,
-                    loss="logistic"):
+                    loss="logistic", engine="auto"):  # engine: the torch loop's fault in any case
         problem = diagonal._checked_problem(problem, min_T=2, why=diagonal._TRAINING, needs_Z=True)
         factorized = diagonal.boolean(factorized, "factorized")
         normalized = diagonal.boolean(normalized, "normalized")

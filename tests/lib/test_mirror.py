@@ -83,29 +83,6 @@ def test_the_official_rule_is_the_authors_loop_in_saturation():
     assert float((exact.W[-1] - run.W[-1]).abs().max()) > 0.01 * float(run.W[-1].abs().max())
 
 
-@pytest.mark.parametrize("param", ["W", "KQ"])
-def test_the_official_rule_takes_one_forward_pass_with_the_same_bits(param, monkeypatch):
-    """The official rule's loop takes the gradient, the outputs and the attention from one forward pass
-    (`_mirror._official_gradient`): bit for bit what `_descent._autograd_gradient` (the gradient, the outputs by a
-    second pass) and `model._attention` (a third) give, on a batch through saturation (lr 0.5, 600 steps)."""
-    from attnsvm.model import _attention
-    from attnsvm.train import _descent, _mirror
-
-    def three_passes(problem, params, loss, ridge, values):
-        grads, f = _descent._autograd_gradient(problem, params, loss, None, ridge)
-        W = params[0] if len(params) == 1 else params[0] @ params[1].transpose(-2, -1)
-        return grads, f, _attention(problem, W)
-    problem = _problem(seed=7, batch=3)
-    start = _start((3, 4, 4), seed=8)
-    init = start if param == "W" else (start, _start((3, 4, 4), seed=9))
-    options = dict(p=1.75, steps=600, lr=0.5, param=param, init=init, record_every=50, rule="official")
-    one = train.mirror_descent(problem, **options)
-    monkeypatch.setattr(_mirror, "_official_gradient", three_passes)
-    three = train.mirror_descent(problem, **options)
-    for name in ("W", "probs", "loss") + (("K", "Q") if param == "KQ" else ()):
-        assert torch.equal(getattr(one, name), getattr(three, name)), name
-
-
 @pytest.mark.parametrize("p", [1.75, 3.0])
 def test_one_step_follows_the_autograd_gradient(p):
     """theta(1) = theta(0) - lr g / ||g||_q with g by autograd (no saturation at the start)."""

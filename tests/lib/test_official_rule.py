@@ -153,3 +153,49 @@ def test_bad_options_name_the_argument(options, match):
 
 def test_official_eps_is_float64_machine_epsilon():
     assert train.OFFICIAL_EPS == np.finfo(np.float64).eps == 2.0 ** -52
+
+
+def _three_passes(problem, params, kind, head, ridge, values=None):
+    """The autograd gradient, then the outputs by a second forward pass and the attention by a third."""
+    with torch.enable_grad():
+        leaves = [w.detach().requires_grad_(True) for w in params]
+        W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
+        risk = model._risk(model.LOSSES[kind], problem, model._outputs(problem, W, head)).sum()
+        if ridge:
+            risk = risk + ridge * sum((w * w).sum() for w in leaves)
+        grads = torch.autograd.grad(risk, leaves)
+    W = params[0] if len(params) == 1 else params[0] @ params[1].transpose(-2, -1)
+    return grads, model._outputs(problem, W, head), model._attention(problem, W)
+
+
+@pytest.mark.parametrize("run", ["gd W", "gd KQ", "gd head", "mirror W", "mirror KQ", "polyak W"])
+def test_the_autograd_loops_take_one_forward_pass_with_the_same_bits(run, monkeypatch):
+    """Every torch loop on autograd's gradient takes the gradient, the outputs and the attention from one forward
+    pass (`_descent._autograd_gradient`): bit for bit what three separate passes give, through saturation."""
+    from attnsvm import heads
+    from attnsvm.train import _descent, _mirror, _step_sizes
+
+    problem = data.random_problem(n=3, T=4, d=4, seed=7, batch=3)
+    start = torch.randn((3, 4, 4), dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    other = torch.randn((3, 4, 4), dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    kind, param = run.split()
+    init = (start, other) if param == "KQ" else start
+    if kind == "gd":
+        options = dict(rule="official") if param != "head" else dict(gradient="autograd", engine="torch",
+                                                                    head=heads.random_relu(4, seed=3))
+        go = lambda: train.gd(problem, param="KQ" if param == "KQ" else "W", steps=600, lr=0.5, init=init,
+                              record_every=50, **options)
+    elif kind == "mirror":
+        go = lambda: train.mirror_descent(problem, p=1.75, steps=600, lr=0.5, param=param, init=init,
+                                          record_every=50, rule="official")
+    else:
+        go = lambda: train.polyak(problem, steps=200, init=start, record_every=20, gradient="autograd",
+                                  engine="torch")
+    one = go()
+    for module in (_descent, _mirror, _step_sizes):
+        if hasattr(module, "_autograd_gradient"):
+            monkeypatch.setattr(module, "_autograd_gradient", _three_passes)
+    three = go()
+    assert all(torch.equal(getattr(one, name), getattr(three, name)) for name in ("W", "probs", "loss"))
+    if param == "KQ":
+        assert torch.equal(one.K, three.K) and torch.equal(one.Q, three.Q)

@@ -33,7 +33,7 @@ from ..linear import SCHEDULES
 from ._gradients import GRADIENTS, _gradient_arguments
 from ._initial import PARAMS, initial_parameters, initial_vector, uniform_init
 from ..model import (_TRAINING, LOSSES, MAX_RECORDS, MAX_STEPS, _attention, _checked_head, _checked_problem, _finite,
-                    _memory_budget, _option, _outputs, _overflow, _risk, _token_values)
+                    _memory_budget, _option, _overflow, _risk, _token_values)
 
 from ._path import Path, regularization_path
 
@@ -283,17 +283,24 @@ def lipschitz_W(problem: Problem) -> torch.Tensor:
     return _finite(bound.mean(-1), "the Lipschitz constant", blame)
 
 
-def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: float):
+def _autograd_gradient(problem: Problem, params: tuple, kind: str, head, ridge: float, values=None):
     """The gradients of L + ridge (||K||_F^2 + ||Q||_F^2) with respect to W, or to K and Q, by autograd through
-    softmax (correct until softmax saturates, then steered by round-off), and the outputs f."""
-    with torch.enable_grad():  # `gd` runs without a graph, but for this gradient
+    softmax (correct until softmax saturates, then steered by round-off), with the outputs f and the attention of
+    the same forward pass (the operations of `model._outputs` and `model._attention` on the same values: the bits
+    of separate passes). ``values``: the token values, when the caller computed them once (head None)."""
+    with torch.enable_grad():  # the runs go without a graph, but for this gradient
         leaves = [p.detach().requires_grad_(True) for p in params]
         W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
-        risk = _risk(LOSSES[kind], problem, _outputs(problem, W, head)).sum()
+        probs = _attention(problem, W)
+        if head is None:
+            f = (probs * (_token_values(problem, problem.v) if values is None else values)).sum(-1)
+        else:
+            f = head.value((probs[..., None] * problem.X).sum(-2))
+        risk = _risk(LOSSES[kind], problem, f).sum()
         if ridge:
             risk = risk + ridge * sum((p * p).sum() for p in leaves)
         grads = torch.autograd.grad(risk, leaves)
-    return grads, _outputs(problem, W.detach(), head)
+    return grads, f.detach(), probs.detach()
 
 
 @torch.no_grad()  # a run records data, not a graph (whatever requires grad)
@@ -436,8 +443,8 @@ def _torch_loop(problem: Problem, params: tuple, recorder: _Recorder, steps: int
             G, log_scale, grad = gradients._weight_gradient(problem, W, loss, head, values)
             probs, f = grad.probs, grad.outputs
         else:
-            grads, f = _autograd_gradient(problem, params, loss, head, ridge)
-            log_scale, probs = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device), _attention(problem, W)
+            grads, f, probs = _autograd_gradient(problem, params, loss, head, ridge, values)
+            log_scale = torch.zeros(problem.batch_shape, dtype=W.dtype, device=W.device)
         factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
         record = dict(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors) if wants else None
         if k == steps:

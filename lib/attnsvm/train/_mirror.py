@@ -21,7 +21,7 @@ to round-off per step, several times faster. Over many steps deep in saturation 
 amplify round-off (in either engine, a change of W0 in its last digit grows), so there the two engines' whole
 trajectories agree only as two such perturbed runs do. The compiled loop's powers without a sqrt form (p = 1.75:
 7/3 and 4/3) are libmvec's vector pow, within an ulp of libm's. Under rule="official" the torch loop takes the
-gradient, the outputs and the attention from one forward pass (`_official_gradient`). Numba's cache keys on this
+gradient, the outputs and the attention from one forward pass (`_descent._autograd_gradient`). Numba's cache keys on this
 file only: after an edit of `_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines would fail
 on a stale loop).
 """
@@ -39,10 +39,10 @@ from numpy.typing import ArrayLike
 
 from .._checks import as_tensor, positive_float, positive_int
 from ..data import Problem
-from ..model import _TRAINING, LOSSES, _checked_problem, _logits, _option, _overflow, _risk, _token_values
+from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
 from ._cpu_loop import _FAST, BLOCK, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes, _row_products
-from ._descent import ENGINES, OFFICIAL_EPS, RULES, Trajectory, _blame, _finite_trajectory, _recorder
+from ._descent import ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory, _recorder
 from ._initial import PARAMS, initial_parameters
 
 __all__ = ["mirror_descent", "sign_descent", "dual_norm"]
@@ -190,7 +190,7 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
             params = update.params(state)
             W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
             if official:
-                grads, f, probs = _official_gradient(problem, params, loss, ridge, values)
+                grads, f, probs = _autograd_gradient(problem, params, loss, None, ridge, values)
                 log_scale = torch.zeros(problem.batch_shape, dtype=torch.float64)
             else:
                 G, log_scale, grad = gradients._weight_gradient(problem, W, loss, None, values)
@@ -203,21 +203,6 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
                 break
             state = update.step(state, grads, log_scale, lr)
     return _finite_trajectory(recorder.trajectory(), blame)
-
-
-def _official_gradient(problem: Problem, params: tuple, loss: str, ridge: float, values: torch.Tensor):
-    """`_descent._autograd_gradient` (head None) with one forward pass: the gradients by autograd, and the outputs
-    f and the attention of that pass (the same operations on the same values as a second pass: the same bits)."""
-    with torch.enable_grad():  # the run goes without a graph, but for this gradient
-        leaves = [w.detach().requires_grad_(True) for w in params]
-        W = leaves[0] if len(leaves) == 1 else leaves[0] @ leaves[1].transpose(-2, -1)
-        probs = torch.softmax(_logits(problem, W), dim=-1)  # `_attention`
-        f = (probs * values).sum(-1)  # `_outputs`, the token values computed once
-        risk = _risk(LOSSES[loss], problem, f).sum()
-        if ridge:
-            risk = risk + ridge * sum((w * w).sum() for w in leaves)
-        grads = torch.autograd.grad(risk, leaves)
-    return grads, f.detach(), probs.detach()
 
 
 def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:

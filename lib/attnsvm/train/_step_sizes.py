@@ -323,7 +323,7 @@ def polyak(problem: Problem, *, steps: int, init: str | ArrayLike | None = None,
                 length = torch.where(log_norm > -torch.inf, length, torch.zeros_like(length))
                 W = W - length[..., None, None] * unit
             else:
-                (G,), f = _autograd_gradient(problem, (W,), loss, None, 0.0)
+                (G,), f, _ = _autograd_gradient(problem, (W,), loss, None, 0.0, values)
                 gap = _risk(loss_fn, problem, f) - L_star
                 squared = (G * G).sum((-2, -1))
                 ok = (gap > 0) & (squared > 0)
