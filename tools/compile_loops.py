@@ -31,6 +31,8 @@ def main() -> None:
                                   for f, i in ((True, (ones, ones)), (False, None))],
         "causal.gd": lambda p: causal.gd(sequences[p.X.dim() - 2], steps=2, lr=0.1),
         "ntp_gd": lambda p: causal.ntp_gd(six, steps=2, lr=0.1),
+        "gradient_flow": lambda p: train.gradient_flow(p, param="diagonal", init=None, record_at=[0.1],
+                                                       loss="exponential"),
     }
     for name, run in runs.items():
         start = time.perf_counter()

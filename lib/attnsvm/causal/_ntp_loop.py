@@ -30,7 +30,7 @@ import numba
 import numpy as np
 import torch
 
-from ..train._cpu_loop import _FAST, BLOCK, _exp, _lanes, _log, _log1p
+from ..train._cpu_loop import _FAST, BLOCK, _exp, _lanes, _log, _log1p, _outer_sums, _row_products
 
 __all__ = ["gd"]
 
@@ -121,13 +121,7 @@ def _direction(X, Z, LABEL, h, e, A, G, lanes):
             for p in range(d):
                 for b in range(L):
                     A[i, p, b] += e[i, t, b] * X[i, t, p, b]
-    for p in range(d):
-        for q in range(d):
-            for b in range(L):
-                G[p, q, b] = 0.0
-            for i in range(n):
-                for b in range(L):
-                    G[p, q, b] += A[i, p, b] * Z[i, q, b]
+    _outer_sums(A, Z, G, L)
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -163,19 +157,6 @@ def _step(W, G, n, lr, normalized, lanes):
         for q in range(d):
             for b in range(L):
                 W[p, q, b] -= lanes[FACTOR, b] * G[p, q, b]
-
-
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _queries(W, Z, WZ):
-    """WZ[i] = W z_i on every lane."""
-    n, d, L = Z.shape
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                WZ[i, p, b] = 0.0
-            for q in range(d):
-                for b in range(L):
-                    WZ[i, p, b] += W[p, q, b] * Z[i, q, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -215,7 +196,7 @@ def _run(X, Z, LABEL, W0, lr, normalized, record, Ws, probs, losses, diverged):
     every, label, lanes = np.empty((n, L)), np.empty((n, L)), np.empty((11, L))
     for b in range(L):
         diverged[b] = -1
-    _queries(W, Z, WZ)
+    _row_products(Z, W, WZ, L)  # WZ[i] = W z_i
     r = 0
     for k in range(record[-1] + 1):
         _logits(X, WZ, g, lanes)
@@ -235,7 +216,7 @@ def _run(X, Z, LABEL, W0, lr, normalized, record, Ws, probs, losses, diverged):
                 return
         _direction(X, Z, LABEL, h, e, A, G, lanes)
         _step(W, G, n, lr, normalized, lanes)
-        _queries(W, Z, WZ)
+        _row_products(Z, W, WZ, L)  # WZ[i] = W z_i
 
 
 def gd(problems: list, W0: torch.Tensor, lr: float, normalized: bool,

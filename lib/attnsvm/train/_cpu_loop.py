@@ -181,6 +181,7 @@ def _vector_tail(builder, routine, first, start, count, vector, intp) -> None:
 _exp, _log, _log1p = _in_place("exp", math.exp), _in_place("log", math.log), _in_place("log1p", math.log1p)
 # Rows of the per-lane buffer `lanes` (L entries each).
 TOP, TOTAL, SECOND, E_SECOND, SCALE, U_TOP, TOP_SUM = range(7)
+GRADIENT_ROWS = 7  # the rows of the per-lane buffer of `_gradient` and `_sequence`
 NORM, FACTOR = TOTAL, SECOND  # in the step
 
 
@@ -328,7 +329,22 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
     n, T, d = X.shape[:3]
     for i in range(n):
         _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
-    log_n = math.log(n)
+    _relative_weights(Y, g, weights, log_scale, L)
+    for i in range(n):
+        for p in range(d):
+            for b in range(L):
+                A[i, p, b] = 0.0
+        for t in range(T):
+            for p in range(d):
+                for b in range(L):
+                    A[i, p, b] += g[i, t, b] * X[i, t, p, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _relative_weights(Y, g, weights, log_scale, L):
+    """From the log weights w_i of `_sequence` on every lane: log_scale = max_i w_i - log n, and the logit
+    gradients g[i] times -Y_i e^{w_i - max_j w_j} (order one: dL/dg_it = e^{log scale} g[i, t])."""
+    n, T = g.shape[:2]
     for b in range(L):
         log_scale[b] = -np.inf
     for i in range(n):
@@ -338,15 +354,10 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
         for b in range(L):
             weights[i, b] -= log_scale[b]
         _exp(weights, (i,), L)
-        for p in range(d):
-            for b in range(L):
-                A[i, p, b] = 0.0
         for t in range(T):
             for b in range(L):
                 g[i, t, b] *= -Y[i, b] * weights[i, b]
-            for p in range(d):
-                for b in range(L):
-                    A[i, p, b] += g[i, t, b] * X[i, t, p, b]
+    log_n = math.log(n)
     for b in range(L):
         log_scale[b] -= log_n
 
@@ -357,6 +368,21 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes, L):
     made on WZ[i] = W z_i, through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
     ||G||_F^2 = sum_i A[i] . R[i]. A lane whose G is 0 (up to round-off, if normalized) does not move."""
     n, d = A.shape[:2]
+    _gram_products(gram, A, R, L)
+    _scaled_products(A, R, lanes, L)
+    _factor(lanes, log_scale, lr, normalized, eps, L)
+    for i in range(n):
+        for p in range(d):
+            for b in range(L):
+                WZ[i, p, b] -= lanes[FACTOR, b] * R[i, p, b]
+                B[i, p, b] += lanes[FACTOR, b] * A[i, p, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _gram_products(gram, A, R, L):
+    """R[i] = sum_j gram[i, j] A[j] on every lane (A, R (n, d, L)): R[i] = G z_i for G = sum_j A[j] z_j^T and the
+    Gram matrix gram[i, j] = z_i . z_j."""
+    n, d = A.shape[:2]
     for i in range(n):
         for p in range(d):
             for b in range(L):
@@ -365,13 +391,6 @@ def _step(WZ, B, A, R, gram, log_scale, lr, normalized, eps, lanes, L):
             for p in range(d):
                 for b in range(L):
                     R[i, p, b] += gram[i, j, b] * A[j, p, b]
-    _scaled_products(A, R, lanes, L)
-    _factor(lanes, log_scale, lr, normalized, eps, L)
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                WZ[i, p, b] -= lanes[FACTOR, b] * R[i, p, b]
-                B[i, p, b] += lanes[FACTOR, b] * A[i, p, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -431,6 +450,32 @@ def _row_products(left, right, out, L):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _products(left, right, out, L):
+    """out[i] = left[i] right on every lane: out[i, j] = sum_c left[i, c] right[c, j]."""
+    for i in range(left.shape[0]):
+        for j in range(right.shape[1]):
+            for b in range(L):
+                out[i, j, b] = 0.0
+            for c in range(left.shape[1]):
+                for b in range(L):
+                    out[i, j, b] += left[i, c, b] * right[c, j, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _outer_sums(left, right, out, L):
+    """out = sum_i left[i] right[i]^T on every lane: out[a, j] = sum_i left[i, a] right[i, j]."""
+    for a in range(left.shape[1]):
+        for j in range(right.shape[1]):
+            for b in range(L):
+                out[a, j, b] = 0.0
+    for i in range(left.shape[0]):
+        for a in range(left.shape[1]):
+            for j in range(right.shape[1]):
+                for b in range(L):
+                    out[a, j, b] += left[i, a, b] * right[i, j, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _record_outputs(r, loss, Y, outputs, s, probs, risks, L):
     """Record r of every lane's attention s into probs (records, L, n, T) and, from the outputs, of its loss
     (the loss with code `loss`) into risks (records, L)."""
@@ -455,7 +500,7 @@ def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, 
     WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
     gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
     outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((T, L)), np.empty((XV.shape[2], L))
-    log_scale, lanes = np.empty(L), np.empty((7, L))
+    log_scale, lanes = np.empty(L), np.empty((GRADIENT_ROWS, L))
     _row_products(Z, Z, gram, L)
     _row_products(Z, W0, WZ, L)
     r = 0

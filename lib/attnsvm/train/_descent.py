@@ -23,6 +23,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from . import _cpu_loop as compiled
+from . import _kq_loop
 from . import _gradients as gradients
 from . import _prompt_loop
 from .. import tensor
@@ -420,7 +421,6 @@ def gd(problem: Problem, *, param: str = "W", steps: int, lr: float, normalized:
             (W, probs, risk), factors = compiled._gd(problem, params[0], head, loss, lr, normalized, eps,
                                                      recorder.steps, sqrt_schedule), {}
         else:
-            from . import _kq_loop  # here: it shares _mirror's compiled products, and _mirror imports this module
             W, K, Q, probs, risk = _kq_loop._gd(problem, *params, head, loss, lr, normalized, eps, ridge,
                                                 recorder.steps, sqrt_schedule)
             factors = {"K": K, "Q": Q}

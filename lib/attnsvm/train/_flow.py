@@ -46,7 +46,8 @@ from . import _gradients as gradients
 from ._cpu_loop import BLOCK, LOSS_CODES, _lanes
 from ._descent import ENGINES
 from ._diagonal import _starts
-from ._diagonal_loop import LANE_MATH, ROWS, _combine, _sequence
+from ._cpu_loop import _logits, _outer_sums, _row_products
+from ._diagonal_loop import LANE_MATH, ROWS, _combine, _features_gradient, _sequence
 from ._initial import initial_parameters
 
 __all__ = ["Flow", "gradient_flow", "FLOW_PARAMS"]
@@ -289,23 +290,7 @@ def _lane_velocity(param, m, y, out, X, Z, phi, Y, U, counts, loss, log_n, W, WZ
         for p in range(d):
             for b in range(L):
                 w[p, b] = y[p, b] if param == 2 else y[p, b] * y[d + p, b]
-        for i in range(n):
-            for t in range(T):
-                for b in range(L):
-                    g[i, t, b] = 0.0
-                for p in range(d):
-                    for b in range(L):
-                        g[i, t, b] += phi[i, t, p, b] * w[p, b]
-            _sequence(i, T, Y, U, loss, log_n, g, s, e, f, weights, lanes)
-        _combine(n, counts, Y, g, weights, lanes)
-        for p in range(d):
-            for b in range(L):
-                grad[p, b] = 0.0
-        for i in range(n):
-            for t in range(T):
-                for p in range(d):
-                    for b in range(L):
-                        grad[p, b] += g[i, t, b] * phi[i, t, p, b]
+        _features_gradient(phi, w, Y, U, counts, loss, log_n, g, s, e, f, weights, grad, lanes)
         for p in range(d):
             for b in range(L):
                 if param == 2:
@@ -324,19 +309,9 @@ def _lane_velocity(param, m, y, out, X, Z, phi, Y, U, counts, loss, log_n, W, WZ
                     for c in range(m):
                         for b in range(L):
                             W[p, q, b] += y[p * m + c, b] * y[d * m + q * m + c, b]
+        _row_products(Z, W, WZ, L)  # WZ[i] = W z_i
         for i in range(n):
-            for p in range(d):
-                for b in range(L):
-                    WZ[i, p, b] = 0.0
-                for q in range(d):
-                    for b in range(L):
-                        WZ[i, p, b] += W[p, q, b] * Z[i, q, b]
-            for t in range(T):
-                for b in range(L):
-                    g[i, t, b] = 0.0
-                for p in range(d):
-                    for b in range(L):
-                        g[i, t, b] += X[i, t, p, b] * WZ[i, p, b]
+            _logits(i, X, WZ, g, L)
             _sequence(i, T, Y, U, loss, log_n, g, s, e, f, weights, lanes)
         _combine(n, counts, Y, g, weights, lanes)
         for i in range(n):  # A_i = sum_t g_it x_it; D = sum_i A_i z_i^T (in W)
@@ -346,13 +321,7 @@ def _lane_velocity(param, m, y, out, X, Z, phi, Y, U, counts, loss, log_n, W, WZ
                 for t in range(T):
                     for b in range(L):
                         A[i, p, b] += g[i, t, b] * X[i, t, p, b]
-        for p in range(d):
-            for q in range(d):
-                for b in range(L):
-                    W[p, q, b] = 0.0
-                for i in range(n):
-                    for b in range(L):
-                        W[p, q, b] += A[i, p, b] * Z[i, q, b]
+        _outer_sums(A, Z, W, L)
         if param == 0:
             for p in range(d):
                 for q in range(d):

@@ -7,13 +7,13 @@ and Q (d, m) and the products Q^T z_i, forms W z_i = K (Q^T z_i) for the logits 
 
     dL/dK = G Q = sum_i A_i (Q^T z_i)^T,    dL/dQ = G^T K = sum_i z_i (K^T A_i)^T,
 
-each O(n d m) a step, with the lane-wise products of the compiled mirror descent (`_mirror`). It takes the torch
-loop's step: K and Q each normalized by its own norm (plus ``eps``, in log space), or the plain step, and with
+each O(n d m) a step, with `_cpu_loop`'s lane-wise products (the compiled mirror descent's too). It takes the
+torch loop's step: K and Q each normalized by its own norm (plus ``eps``, in log space), or the plain step, and with
 ``ridge`` the true gradient plus 2 ridge K (and Q). The two loops sum the products in other orders, so they agree
 to round-off per step (tests/lib/test_compiled.py). Normalized (K, Q) runs amplify round-off: in Chapter 4's
 experiment W's direction parts by ~1e-3 within a few hundred steps, in either loop from a change of K0 in its
 last digit, while the selected tokens and the loss stay the same. Numba's cache keys on this file only: after an
-edit of `_cpu_loop` or `_mirror`, clear ``__pycache__``.
+edit of `_cpu_loop`, clear ``__pycache__``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import numpy as np
 import torch
 
 from ..data import Problem
-from ._cpu_loop import (_FAST, FACTOR, LOSS_CODES, _exp, _factor, _gradient, _in_blocks, _record_outputs,
-                        _row_products, _scaled_products)
-from ._mirror import _outer_sums, _products
+from ._cpu_loop import (_FAST, FACTOR, GRADIENT_ROWS, LOSS_CODES, _exp, _factor, _gradient, _in_blocks, _outer_sums,
+                        _products, _record_outputs, _row_products, _scaled_products)
 
 __all__: list[str] = []  # `train.gd` runs it (param="KQ")
 
@@ -54,7 +53,8 @@ def _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedul
     K, Q, G_K, G_Q = K0.copy(), Q0.copy(), np.empty((d, m, L)), np.empty((d, m, L))
     WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
     s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
-    u, hidden, log_scale, lanes = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L), np.empty((7, L))
+    u, hidden, log_scale = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L)
+    lanes = np.empty((GRADIENT_ROWS, L))
     r = 0
     for k in range(record[-1] + 1):
         _products(Z, Q, QZ, L)  # QZ[i] = Q^T z_i

@@ -21,9 +21,9 @@ to round-off per step, several times faster. Over many steps deep in saturation 
 amplify round-off (in either engine, a change of W0 in its last digit grows), so there the two engines' whole
 trajectories agree only as two such perturbed runs do. The compiled loop's powers without a sqrt form (p = 1.75:
 7/3 and 4/3) are libmvec's vector pow, within an ulp of libm's. Under rule="official" the torch loop takes the
-gradient, the outputs and the attention from one forward pass (`_descent._autograd_gradient`). Numba's cache keys on this
-file only: after an edit of `_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines would fail
-on a stale loop).
+gradient, the outputs and the attention from one forward pass (`_descent._autograd_gradient`). Numba's cache keys
+on this file only: after an edit of `_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines
+would fail on a stale loop).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ from .._checks import as_tensor, positive_float, positive_int
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
-from ._cpu_loop import _FAST, BLOCK, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes, _row_products
-from ._descent import ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory, _recorder
+from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes, _outer_sums,
+                        _products, _row_products)
+from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
+                       _recorder)
 from ._initial import PARAMS, initial_parameters
 
 __all__ = ["mirror_descent", "sign_descent", "dual_norm"]
@@ -310,32 +312,6 @@ def _signed_powers(source, target, a):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _products(left, right, out, L):
-    """out[i] = left[i] right on every lane: out[i, j] = sum_c left[i, c] right[c, j]."""
-    for i in range(left.shape[0]):
-        for j in range(right.shape[1]):
-            for b in range(L):
-                out[i, j, b] = 0.0
-            for c in range(left.shape[1]):
-                for b in range(L):
-                    out[i, j, b] += left[i, c, b] * right[c, j, b]
-
-
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _outer_sums(left, right, out, L):
-    """out = sum_i left[i] right[i]^T on every lane: out[a, j] = sum_i left[i, a] right[i, j]."""
-    for a in range(left.shape[1]):
-        for j in range(right.shape[1]):
-            for b in range(L):
-                out[a, j, b] = 0.0
-    for i in range(left.shape[0]):
-        for a in range(left.shape[1]):
-            for j in range(right.shape[1]):
-                for b in range(L):
-                    out[a, j, b] += left[i, a, b] * right[i, j, b]
-
-
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch, L):
     """One step of one parameter w on every lane, for the gradient e^{log_scale} G: the mirror step of `_Mirror`
     on its dual variable theta (then w = its primal), or for p = 0 sign descent (theta is w)."""
@@ -393,7 +369,8 @@ def _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, 
         _signed_powers(Q0, theta_Q, p - 1.0)
     WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
     s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
-    u, hidden, log_scale, lanes = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L), np.empty((7, L))
+    u, hidden, log_scale = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L)
+    lanes = np.empty((GRADIENT_ROWS, L))
     G_K, G_Q, W, scratch, buffer = np.empty((d, m, L)), np.empty((d, m, L)), np.empty((d, d, L)), \
         np.empty((d, m, L)), np.empty((3, L))
     r = 0

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 
 from ..data import Problem
-from ._cpu_loop import _FAST, LOSS_CODES, _exp, _gradient, _in_blocks, _log, _row_products
+from ._cpu_loop import (_FAST, GRADIENT_ROWS, LOSS_CODES, NORM, SCALE, _exp, _gradient, _gram_products, _in_blocks,
+                        _log, _row_products, _scaled_products)
 
 __all__ = ["polyak"]
 
-GRADIENT_ROWS = 7  # the rows of `_cpu_loop._gradient`'s per-lane buffer
 # Rows of this loop's per-lane buffer `rows` (L entries each).
-TOP, PEAK, TOTAL, SUM, SCALE, NORM, MOVES = range(7)
+TOP, PEAK, TOTAL, SUM, MOVES = 0, 2, 3, 5, 6  # and `_cpu_loop`'s NORM = 1 and SCALE = 4 (`_scaled_products`)
 # Exponents are raised to this floor before e^x: a term e^x < e^-700 < 2^-1000 adds nothing to a sum that holds
 # a 1 (each sum below holds its largest term, e^0), and libmvec takes a path some ten times slower below -708.
 _FLOOR = -700.0
@@ -140,25 +140,8 @@ def _step(WZ, B, A, R, gram, log_scale, log_gap, rows):
     WZ[i] = W z_i through R[i] = G z_i = sum_j A[j] (z_j . z_i), and on B, where W = W0 - sum_i B[i] z_i^T;
     ||G||_F^2 = sum_i A[i] . R[i]. A lane whose G is 0 does not move."""
     n, d, L = A.shape
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                R[i, p, b] = 0.0
-        for j in range(n):
-            for p in range(d):
-                for b in range(L):
-                    R[i, p, b] += gram[i, j, b] * A[j, p, b]
-    for b in range(L):
-        rows[SCALE, b], rows[NORM, b] = 0.0, 0.0
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                rows[SCALE, b] = max(rows[SCALE, b], abs(A[i, p, b]))
-    for i in range(n):
-        for p in range(d):
-            for b in range(L):
-                unit = 1.0 / rows[SCALE, b] if rows[SCALE, b] > 0 else 0.0
-                rows[NORM, b] += (A[i, p, b] * unit) * (R[i, p, b] * unit)
+    _gram_products(gram, A, R, L)
+    _scaled_products(A, R, rows, L)  # rows[SCALE] = the largest |entry| of G, rows[NORM] = ||G||_F^2 / SCALE^2
     for b in range(L):  # the factor e^{log(L - L*) - log scale - 2 log ||G||_F} into rows[NORM] (0: no move)
         rows[MOVES, b] = rows[NORM, b]
         rows[SCALE, b] = rows[SCALE, b] if rows[MOVES, b] > 0 else 1.0
