@@ -56,13 +56,17 @@ def test_the_status_page_was_executed_after_every_page():
     """The status page prints every stored page's execution time, so it must be executed last (`make notebooks`
     does): a page re-executed after it leaves the status page's stored table stale, and nbval fails on it."""
     import json
+    from datetime import datetime
 
-    def stamps(name):
+    def stamps(name, key):
         cells = json.loads((ROOT / "book" / name).read_text())["cells"]
-        return [c["metadata"].get("execution", {}) for c in cells if c["cell_type"] == "code"]
+        return [datetime.fromisoformat(c["metadata"]["execution"][key].replace("Z", "+00:00")) for c in cells
+                if c["cell_type"] == "code" and key in c["metadata"].get("execution", {})]
 
-    started = min(s["iopub.execute_input"] for s in stamps("status.ipynb") if "iopub.execute_input" in s)
-    later = sorted(page.name for page in (ROOT / "book").glob("*.ipynb") if page.name != "status.ipynb"
-                   and any(s.get("shell.execute_reply", "") > started for s in stamps(page.name)))
+    pages = sorted(page.name for page in (ROOT / "book").glob("*.ipynb") if page.name != "status.ipynb")
+    unstamped = [name for name in pages + ["status.ipynb"] if not stamps(name, "shell.execute_reply")]
+    assert not unstamped, f"{unstamped} hold no execution times: execute them (make notebooks)"
+    started = min(stamps("status.ipynb", "iopub.execute_input"))
+    later = [name for name in pages if max(stamps(name, "shell.execute_reply")) > started]
     assert not later, (f"{later} were executed after book/status.ipynb: execute it again, last "
                        f"(cd book && jupyter execute --inplace status.ipynb)")

@@ -171,7 +171,8 @@ def _three_passes(problem, params, kind, head, ridge, values=None):
 @pytest.mark.parametrize("run", ["gd W", "gd KQ", "gd head", "mirror W", "mirror KQ", "polyak W"])
 def test_the_autograd_loops_take_one_forward_pass_with_the_same_bits(run, monkeypatch):
     """Every torch loop on autograd's gradient takes the gradient, the outputs and the attention from one forward
-    pass (`_descent._autograd_gradient`): bit for bit what three separate passes give, through saturation."""
+    pass (`_descent._autograd_gradient`): one softmax per gradient (gd, mirror descent), and bit for bit what three
+    separate passes give, through saturation."""
     from attnsvm import heads
     from attnsvm.train import _descent, _mirror, _step_sizes
 
@@ -191,10 +192,24 @@ def test_the_autograd_loops_take_one_forward_pass_with_the_same_bits(run, monkey
     else:
         go = lambda: train.polyak(problem, steps=200, init=start, record_every=20, gradient="autograd",
                                   engine="torch")
-    one = go()
+    calls = dict(gradient=0, softmax=0)
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return call
+    with monkeypatch.context() as patched:  # raising=True: a loop that stops calling them fails here
+        gradient = counted("gradient", _descent._autograd_gradient)
+        for module in (_descent, _mirror, _step_sizes):
+            patched.setattr(module, "_autograd_gradient", gradient)
+        patched.setattr(_descent, "_attention", counted("softmax", _descent._attention))
+        patched.setattr(model, "_attention", counted("softmax", model._attention))
+        one = go()
+    assert calls["gradient"] >= 200 and (kind == "polyak" or calls["softmax"] == calls["gradient"]), calls
+    assert float(one.probs[-1].min()) < 1e-12  # saturated: autograd's gradient is round-off there
     for module in (_descent, _mirror, _step_sizes):
-        if hasattr(module, "_autograd_gradient"):
-            monkeypatch.setattr(module, "_autograd_gradient", _three_passes)
+        monkeypatch.setattr(module, "_autograd_gradient", _three_passes)
     three = go()
     assert all(torch.equal(getattr(one, name), getattr(three, name)) for name in ("W", "probs", "loss"))
     if param == "KQ":
