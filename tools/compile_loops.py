@@ -1,10 +1,14 @@
-"""Compile every Numba loop of the library once, one after the other, into Numba's cache (lib/attnsvm/**/
-__pycache__): `make notebooks` and `make test` run it first, so that pages executed side by side do not each
-compile the same loops (a first compile takes seconds per loop; loading a cached one, a fraction of a second).
+"""Compile every Numba loop of the library once into Numba's cache (lib/attnsvm/**/__pycache__): `make notebooks`
+and `make test` run it first, so that pages executed side by side do not each compile the same loops (a first
+compile takes seconds to a minute per loop; loading a cached one, a fraction of a second). Two processes, each
+this script with `--group`, compile two groups of loops that share no compiled function side by side, each
+importing `attnsvm` first (the CPU code path it pins).
 
     python tools/compile_loops.py
 """
 
+import subprocess
+import sys
 import time
 
 import attnsvm  # noqa: I001 (first: it pins the CPU code paths before numpy and torch load)
@@ -13,7 +17,14 @@ import torch
 from attnsvm import causal, data, heads, train
 
 
-def main() -> None:
+# Two groups of about equal compile time (cold, seconds: W 40, ReLU head 0.3, mirror 82, next-token 6, flow 22;
+# (K, Q) 64, Polyak 22, prompt 12, diagonal 8, causal 6); the W loop's two heads in one group, as one function.
+GROUPS = (("gd on W", "gd on W, ReLU head", "mirror descent", "ntp_gd", "gradient_flow"),
+          ("gd on (K, Q)", "Polyak steps", "gd_prompt", "diagonal_gd", "causal.gd"))
+
+
+def compile_group(names: tuple) -> list[str]:
+    """Run each named training on one problem and on a batch of two (the loops' two compiled entries)."""
     attnsvm.setup(seed=0)
     one, two = data.random_problem(3, 4, 3, seed=0), data.random_problem(3, 4, 3, seed=0, batch=2)
     six = causal.ntp_problem([[1, 2, 3, 0], [1, 2, 4, 0]], [1, 2], d=3, seed=0, K=5)
@@ -34,11 +45,28 @@ def main() -> None:
         "gradient_flow": lambda p: train.gradient_flow(p, param="diagonal", init=None, record_at=[0.1],
                                                        loss="exponential"),
     }
-    for name, run in runs.items():
+    lines = []
+    for name in names:
         start = time.perf_counter()
         for problem in (one, two):
-            run(problem)
-        print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
+            runs[name](problem)
+        lines.append(f"{name}: {time.perf_counter() - start:.1f} s")
+    return lines
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--group":
+        print("\n".join(compile_group(GROUPS[int(sys.argv[2])])), flush=True)
+        return
+    start = time.perf_counter()
+    workers = [subprocess.Popen([sys.executable, __file__, "--group", str(k)], stdout=subprocess.PIPE, text=True)
+               for k in range(len(GROUPS))]
+    outputs = [worker.communicate()[0] for worker in workers]
+    print("".join(outputs), end="", flush=True)
+    failed = [k for k, worker in enumerate(workers) if worker.returncode]
+    if failed:
+        sys.exit(f"compiling the loops of group(s) {failed} failed (their errors are above)")
+    print(f"every loop compiled or loaded in {time.perf_counter() - start:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
