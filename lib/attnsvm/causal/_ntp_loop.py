@@ -30,7 +30,8 @@ import numba
 import numpy as np
 import torch
 
-from ..train._cpu_loop import _FAST, BLOCK, _exp, _lanes, _log, _log1p, _outer_sums, _row_products
+from ..train._cpu_loop import _FAST, BLOCK, _exp, _lanes, _log, _log1p, _outer_sums, _row_products, _scaled_unit
+from ..train._cpu_loop import _logits as _row_logits
 
 __all__ = ["gd"]
 
@@ -47,12 +48,8 @@ def _logits(X, WZ, g, lanes):
     for b in range(L):
         lanes[CHECK, b] = 0.0
     for i in range(n):
+        _row_logits(i, X, WZ, g, L)
         for t in range(T):
-            for b in range(L):
-                g[i, t, b] = 0.0
-            for p in range(d):
-                for b in range(L):
-                    g[i, t, b] += X[i, t, p, b] * WZ[i, p, b]
             for b in range(L):
                 lanes[CHECK, b] += g[i, t, b] * 0.0
 
@@ -130,21 +127,8 @@ def _step(W, G, n, lr, normalized, lanes):
     W -= lr e^{top - log n} G (plain) on every lane."""
     d, L = W.shape[1], W.shape[2]
     if normalized:
+        _scaled_unit(G, lanes, SCALE, NORM, L)
         for b in range(L):
-            lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
-        for p in range(d):
-            for q in range(d):
-                for b in range(L):
-                    lanes[SCALE, b] = max(lanes[SCALE, b], abs(G[p, q, b]))
-        for b in range(L):
-            lanes[SCALE, b] = lanes[SCALE, b] if lanes[SCALE, b] > 0 else 1.0
-        for p in range(d):
-            for q in range(d):
-                for b in range(L):
-                    G[p, q, b] /= lanes[SCALE, b]
-                    lanes[NORM, b] += G[p, q, b] * G[p, q, b]
-        for b in range(L):
-            lanes[NORM, b] = math.sqrt(lanes[NORM, b])
             lanes[FACTOR, b] = lr / lanes[NORM, b] if lanes[NORM, b] > 0 else 0.0
     else:
         log_n = math.log(n)

@@ -394,16 +394,55 @@ def _gram_products(gram, A, R, L):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _largest_entries(G, lanes, row, L):
+    """lanes[row] = the largest |entry| of G (..., L), C-contiguous, on every lane (0 where G = 0). A maximum is
+    exact, so any loop that takes it gives the same bits."""
+    flat = G.reshape(-1, G.shape[-1])
+    for b in range(L):
+        lanes[row, b] = 0.0
+    for a in range(flat.shape[0]):
+        for b in range(L):
+            lanes[row, b] = max(lanes[row, b], abs(flat[a, b]))
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _scaled_unit(G, lanes, scale, norm, L):
+    """On every lane, G (..., L), C-contiguous, divided in place by lanes[scale], its largest |entry| (1 where G =
+    0), and lanes[norm] = the Euclidean norm of the result: the steps' normalization (`_descent._unit`)."""
+    flat = G.reshape(-1, G.shape[-1])
+    _largest_entries(G, lanes, scale, L)
+    for b in range(L):
+        lanes[norm, b] = 0.0
+        lanes[scale, b] = lanes[scale, b] if lanes[scale, b] > 0 else 1.0
+    for a in range(flat.shape[0]):
+        for b in range(L):
+            flat[a, b] /= lanes[scale, b]
+            lanes[norm, b] += flat[a, b] * flat[a, b]
+    for b in range(L):
+        lanes[norm, b] = math.sqrt(lanes[norm, b])
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+def _record_span(r, W0, B, Z, Ws, L):
+    """Record r of every lane's W = W0 - sum_i B[i] z_i^T (the loops keep W in that form) into Ws (records, L, d,
+    d)."""
+    n, d = B.shape[:2]
+    for b in range(L):
+        for p in range(d):
+            for q in range(d):
+                Ws[r, b, p, q] = W0[p, q, b]
+                for i in range(n):
+                    Ws[r, b, p, q] -= B[i, p, b] * Z[i, q, b]
+
+
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _scaled_products(G, H, lanes, L):
     """On every lane, lanes[SCALE] = the largest |entry| of G and lanes[NORM] = sum G H / SCALE^2 over the
     entries of G and H (both (rows, columns, L)); 0 where G = 0."""
     rows, columns = G.shape[:2]
+    _largest_entries(G, lanes, SCALE, L)
     for b in range(L):
-        lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
-    for a in range(rows):
-        for c in range(columns):
-            for b in range(L):
-                lanes[SCALE, b] = max(lanes[SCALE, b], abs(G[a, c, b]))
+        lanes[NORM, b] = 0.0
     for a in range(rows):
         for c in range(columns):
             for b in range(L):
@@ -508,12 +547,7 @@ def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, 
         _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L)
         if k == record[r]:
             _record_outputs(r, loss, Y, outputs, s, probs, risks, L)
-            for b in range(L):
-                for p in range(d):
-                    for q in range(d):
-                        Ws[r, b, p, q] = W0[p, q, b]
-                        for i in range(n):
-                            Ws[r, b, p, q] -= B[i, p, b] * Z[i, q, b]
+            _record_span(r, W0, B, Z, Ws, L)
             r += 1
             if r == len(record):
                 break

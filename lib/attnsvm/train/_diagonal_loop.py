@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..data import Problem
-from ._cpu_loop import BLOCK, LOSS_CODES, _exp, _lanes, _log, _log1p
+from ._cpu_loop import BLOCK, LOSS_CODES, _exp, _lanes, _log, _log1p, _scaled_unit
 
 __all__ = ["gd"]  # `train.diagonal_gd` runs it
 
@@ -156,19 +156,8 @@ def _moves(grad, lr, normalized, lanes):
     plain, lr (e^{lanes[LOG_SCALE]} grad)."""
     d, L = grad.shape
     if normalized:
+        _scaled_unit(grad, lanes, SCALE, NORM, L)
         for b in range(L):
-            lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
-        for p in range(d):
-            for b in range(L):
-                lanes[SCALE, b] = max(lanes[SCALE, b], abs(grad[p, b]))
-        for b in range(L):
-            lanes[SCALE, b] = lanes[SCALE, b] if lanes[SCALE, b] > 0 else 1.0
-        for p in range(d):
-            for b in range(L):
-                grad[p, b] /= lanes[SCALE, b]
-                lanes[NORM, b] += grad[p, b] * grad[p, b]
-        for b in range(L):
-            lanes[NORM, b] = math.sqrt(lanes[NORM, b])
             lanes[NORM, b] = lanes[NORM, b] if lanes[NORM, b] > 0 else 1.0
         for p in range(d):
             for b in range(L):

@@ -41,8 +41,8 @@ from .._checks import as_tensor, positive_float, positive_int
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
-from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes, _outer_sums,
-                        _products, _row_products)
+from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes,
+                        _largest_entries, _outer_sums, _products, _row_products)
 from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
                        _recorder)
 from ._initial import PARAMS, initial_parameters
@@ -325,12 +325,9 @@ def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch, L):
         return
     q = p / (p - 1.0)
     SCALE, INVERSE, SUM = 0, 1, 2  # rows of buffer; SUM then holds the step's factor
+    _largest_entries(G, buffer, SCALE, L)
     for b in range(L):
-        buffer[SCALE, b], buffer[SUM, b] = 0.0, 0.0
-    for a in range(rows):
-        for c in range(columns):
-            for b in range(L):
-                buffer[SCALE, b] = max(buffer[SCALE, b], abs(G[a, c, b]))
+        buffer[SUM, b] = 0.0
     for b in range(L):
         buffer[INVERSE, b] = 1.0 / buffer[SCALE, b] if buffer[SCALE, b] > 0 else 1.0
     for a in range(rows):

@@ -29,7 +29,7 @@ import torch
 
 from ..data import Problem
 from ._cpu_loop import (_FAST, GRADIENT_ROWS, LOSS_CODES, NORM, SCALE, _exp, _gradient, _gram_products, _in_blocks,
-                        _log, _row_products, _scaled_products)
+                        _log, _record_span, _row_products, _scaled_products)
 
 __all__ = ["polyak"]
 
@@ -185,11 +185,7 @@ def _run(X, Y, Z, U, XV, W0, loss, first_order, record, Ws, probs, recorded_outp
                     recorded_outputs[r, b, i] = outputs[i, b]
                     for t in range(T):
                         probs[r, b, i, t] = s[i, t, b]
-                for p in range(d):
-                    for q in range(d):
-                        Ws[r, b, p, q] = W0[p, q, b]
-                        for i in range(n):
-                            Ws[r, b, p, q] -= B[i, p, b] * Z[i, q, b]
+            _record_span(r, W0, B, Z, Ws, L)
             r += 1
             if r == len(record):
                 break

@@ -18,15 +18,13 @@ keys on this file only: after an edit of `_cpu_loop`, clear this module's files 
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 import torch
 
 from ..data import Problem
 from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LOSS_CODES, SCALE, _exp, _lanes, _record_outputs,
-                        _relative_weights, _sequence)
+                        _relative_weights, _scaled_unit, _sequence)
 
 __all__: list[str] = []  # `train.gd_prompt` runs it
 
@@ -62,22 +60,12 @@ def _step(p, G, log_scale, lr, normalized, lanes):
     is 0) or p -= lr e^{log scale} g, on every lane."""
     d, L = G.shape
     if normalized:
+        _scaled_unit(G, lanes, SCALE, NORM, L)  # G / its largest entry, in place
         for b in range(L):
-            lanes[SCALE, b], lanes[NORM, b] = 0.0, 0.0
+            lanes[NORM, b] = lanes[NORM, b] if lanes[NORM, b] > 0 else 1.0
         for q in range(d):
             for b in range(L):
-                lanes[SCALE, b] = max(lanes[SCALE, b], abs(G[q, b]))
-        for b in range(L):
-            lanes[SCALE, b] = lanes[SCALE, b] if lanes[SCALE, b] > 0 else 1.0
-        for q in range(d):
-            for b in range(L):
-                unit = G[q, b] / lanes[SCALE, b]
-                lanes[NORM, b] += unit * unit
-        for b in range(L):
-            lanes[NORM, b] = math.sqrt(lanes[NORM, b]) if lanes[NORM, b] > 0 else 1.0
-        for q in range(d):
-            for b in range(L):
-                p[q, b] -= lr * (G[q, b] / lanes[SCALE, b] / lanes[NORM, b])
+                p[q, b] -= lr * (G[q, b] / lanes[NORM, b])
     else:
         for b in range(L):
             lanes[SCALE, b] = log_scale[b]
