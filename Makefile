@@ -15,11 +15,9 @@ NOTEBOOKS := $(patsubst book_src/%.md,book/%.ipynb,$(SOURCES))
 # execute book/ first, `make test` renders what nbval has just shown to be reproducible.
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 # Notebooks executed at a time. One for `make notebooks`, so that the stored timings (the status page) are each
-# page's own; `make book` runs one per core (each computes on one thread), which builds the book faster but
-# slows each page down (about 1.4x on 2 cores).
+# page's own; `make book` runs one per core, which builds the book faster but slows each page down.
 JOBS ?= 1
 CORES := $(shell nproc 2>/dev/null || echo 2)
-EXECUTE := ../$(BIN)/jupyter execute --inplace --timeout=600
 # The examples in the library's docstrings (the API pages show them), each after setup()'s numerics (lib/conftest.py).
 DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="NORMALIZE_WHITESPACE ELLIPSIS"
 # `make test` runs its suites on every core (pytest-xdist): the notebooks one per worker with all their cells
@@ -28,7 +26,7 @@ DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="
 PYTEST := $(BIN)/python -m pytest -n $(CORES)
 NBVAL := $(PYTEST) --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync student pdf bench e51-seeds faults clean
+.PHONY: setup book test notebooks sync student pdf screenshots bench e51-seeds faults clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -53,22 +51,22 @@ sync: $(INSTALLED)
 	  $(BIN)/jupytext --quiet --to ipynb --update --output book/$$(basename $$src .md).ipynb $$src || exit 1; \
 	done
 
-# Regenerate book/ from book_src/ and execute every notebook in place (commit the result), JOBS at a time; the
-# status page last, since it reads the others' timings. The library's compiled loops are compiled first, once,
-# into Numba's cache (tools/compile_loops.py), so that pages executed side by side do not each compile them.
+# Regenerate book/ from book_src/ and execute every notebook in place (commit the result), JOBS at a time, the
+# status page last (it reads the others' timings), and record in book/executed.json what each was executed with
+# (tools/execute_pages.py: its code cells, the library, requirements.txt).
 notebooks: sync
-	$(BIN)/python tools/compile_loops.py
-	cd book && printf '%s\n' $(filter-out status.ipynb,$(notdir $(NOTEBOOKS))) | xargs -P $(JOBS) -n 1 $(EXECUTE)
-	cd book && $(EXECUTE) status.ipynb
+	$(BIN)/python tools/execute_pages.py --jobs $(JOBS)
 
 # The whole book's PDF, where XeLaTeX is installed, built before the HTML: the HTML build then copies it to
 # _build/html/book.pdf and every page's download menu offers it (assets/sphinx/book_pdf.py); without it, no link.
 PDF_IF_XELATEX := if command -v xelatex >/dev/null; then $(JB_BUILD) --builder pdflatex; \
 	else echo "xelatex not found: the HTML book will not offer the whole book's PDF"; fi
 
-# The HTML book, every chapter executed afresh first (a change in lib/ can never leave a stale chapter).
-book: setup
-	$(MAKE) notebooks JOBS=$(CORES)
+# The HTML book, every page whose code cells or library changed since it was executed executed afresh first (one
+# per core; book/executed.json records what each page was executed with, so a change in lib/ can never leave a
+# stale page; on a checkout of main, whose pages are up to date, none is executed).
+book: setup sync
+	$(BIN)/python tools/execute_pages.py --stale --jobs $(CORES)
 	$(PDF_IF_XELATEX)
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
@@ -84,9 +82,9 @@ test: setup
 	$(JB_BUILD)
 	$(PYTEST) --dist loadgroup tests/browser tests/test_pdf.py
 
-# The book as a PDF (_build/latex/book.pdf), through XeLaTeX, every chapter executed afresh first.
-pdf: setup
-	$(MAKE) notebooks JOBS=$(CORES)
+# The book as a PDF (_build/latex/book.pdf), through XeLaTeX, the pages executed first as for `make book`.
+pdf: setup sync
+	$(BIN)/python tools/execute_pages.py --stale --jobs $(CORES)
 	$(JB_BUILD) --builder pdflatex
 	@echo "The PDF is at _build/latex/book.pdf"
 
@@ -94,6 +92,10 @@ pdf: setup
 student: setup
 	$(BIN)/python tools/student_edition.py _build/student
 	@echo "The student edition is in _build/student/"
+
+# Screenshots of every page of the built book at 1280 and 400 px, for a reviewer's eyes: _build/screenshots/.
+screenshots: setup
+	$(PYTEST) --dist loadgroup tests/browser/review_screenshots.py
 
 # Speed: the library against a straightforward reference implementation, side by side (prints a table).
 bench: setup

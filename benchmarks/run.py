@@ -3,7 +3,8 @@ timed side by side in one run on the same data, with a check that both give the 
 
     make bench            (or: .venv/bin/python benchmarks/run.py [--quick])
 
-Times are medians over repeats (wall clock, one thread, as the book runs). Cases whose reference takes minutes
+Times are medians over repeats (wall clock, one thread: the compiled loops too, though the book runs a batch's
+blocks on every core, a row of their own, `loop_threads`). Cases whose reference takes minutes
 are timed on a stated fraction of the work and scaled up; the table says so. Nothing here asserts a time.
 """
 
@@ -221,6 +222,28 @@ def gd_floor() -> None:
                      f"floor {floor * 1e6:.3f} us: {ratio:.1f}x", f"({flops} flop at {rate / 1e9:.1f} GFLOP/s)"))
 
 
+def loop_threads(repeats: int) -> None:
+    """A batch of the compiled loops on every core the process may use against one thread (``setup()``'s
+    ``loop_threads``): Chapter 8's 300 runs of mirror descent, p = 1.75, 500 steps; the same bits on both."""
+    from attnsvm import _session
+    problems = data.random_problem(6, 8, 10, seed=0, batch=300)
+    attnsvm.setup(seed=0)
+    cores = _session._threads_for_loops()  # every core the process may use
+    runs = {}
+    for threads in (1, cores):
+        attnsvm.setup(seed=0, loop_threads=threads)
+        train.mirror_descent(problems, p=1.75, steps=1, lr=0.1)
+        runs[threads] = timed(lambda: train.mirror_descent(problems, p=1.75, steps=500, lr=0.1, record_every=500),
+                              repeats)
+    attnsvm.setup(seed=0, loop_threads=1)
+    (one, W1), (many, Wn) = runs[1], runs[cores]
+    same = "same bits" if torch.equal(W1.W, Wn.W) else "DIFFERENT bits"
+    print(f"  compiled loops, batch 300: 1 thread {_seconds(one)}, {cores} threads {_seconds(many)} ({same})",
+          flush=True)
+    ROWS.append((f"mirror descent p = 1.75, batch 300, 500 steps, compiled, on {cores} threads", "-", "-",
+                 _seconds(many), "-", f"1 thread: {_seconds(one)}, {one / many:.2g}x", same))
+
+
 def one_problem(repeats: int) -> None:
     """Time per step on ONE problem (6, 8, 10), as a researcher calls the library: gradient descent on W in the
     loop compiled for one lane (against the batched torch loop, `engine="torch"`), on (K, Q), mirror descent
@@ -428,9 +451,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller reference shares")
     args = parser.parse_args()
-    attnsvm.setup(seed=0)
+    attnsvm.setup(seed=0, loop_threads=1)  # one thread everywhere, but in `loop_threads`
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = (f"{_processor()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), Python "
+    machine = (f"{_processor()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), compiled loops "
+               f"on 1 thread but in the row that says otherwise, Python "
                f"{platform.python_version()}, torch {torch.__version__}; load average at the start "
                f"{os.getloadavg()[0]:.1f}")
     print(f"machine: {machine}", flush=True)
@@ -438,6 +462,7 @@ def main() -> None:
     single_solves(repeats)
     batch_of_solves(repeats)
     gd_floor()
+    loop_threads(repeats)
     one_problem(repeats)
     gd_kq(repeats)
     e41(share=2 if args.quick else 10)

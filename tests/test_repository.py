@@ -74,3 +74,40 @@ def test_the_status_page_was_executed_after_every_page():
     later = [name for name in pages if max(stamps(name, "shell.execute_reply")) > started]
     assert not later, (f"{later} were executed after book/status.ipynb: execute it again, last "
                        f"(cd book && jupyter execute --inplace status.ipynb)")
+
+
+def test_every_page_was_executed_with_its_code_and_the_library_as_they_are():
+    """`make book` executes only the pages whose code cells or library changed since they were executed
+    (tools/execute_pages.py records what each was executed with in book/executed.json): on a commit none may be
+    stale, or a fresh `make book` would execute it, and the stored outputs would not be the ones its code gives."""
+    spec = importlib.util.spec_from_file_location("execute_pages", ROOT / "tools" / "execute_pages.py")
+    execute_pages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(execute_pages)
+    stale = execute_pages.stale()
+    assert not stale, (f"{stale} were executed with other code cells or another library than book_src/ and lib/ "
+                       f"hold now: run `make notebooks` (or `make book`) and commit book/")
+
+
+def test_a_page_is_stale_when_its_code_or_the_library_changes(tmp_path, monkeypatch):
+    """The fingerprint of a page changes with its code cells and with any file of the library, not with its prose;
+    the status page's with any other page's."""
+    spec = importlib.util.spec_from_file_location("execute_pages", ROOT / "tools" / "execute_pages.py")
+    execute_pages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(execute_pages)
+    import shutil
+    for part in ("lib/attnsvm", "book_src"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("lib/pyproject.toml", "requirements.txt", "benchmarks/results.json"):
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, tmp_path / part)
+    monkeypatch.setattr(execute_pages, "ROOT", tmp_path)
+    monkeypatch.setattr(execute_pages, "SOURCES", tmp_path / "book_src")
+    before = execute_pages.fingerprints()
+    chapter = tmp_path / "book_src" / "09_rates.md"
+    chapter.write_text(chapter.read_text().replace("\n## ", "\nA new sentence of prose.\n\n## ", 1))
+    assert execute_pages.fingerprints() == before
+    chapter.write_text(chapter.read_text().replace("import numpy as np", "import numpy as np  # numpy", 1))
+    changed = execute_pages.fingerprints()
+    assert {page for page in before if changed[page] != before[page]} == {"09_rates", "status"}
+    (tmp_path / "lib" / "attnsvm" / "theory.py").write_text((ROOT / "lib/attnsvm/theory.py").read_text() + "\n")
+    assert all(execute_pages.fingerprints()[page] != changed[page] for page in before)

@@ -23,7 +23,6 @@ if not (Path("/usr/bin/chromium").is_file() or shutil.which("chromium")):  # con
     pytest.skip(missing, allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "_build" / "screenshots"
 RAW_TEX = ("$", "\\[", "\\(", "\\begin{")  # what untypeset math looks like in the visible text ("$" also
 # catches a "$$" display that MyST read as "$" and inline math, which happens when it does not start a paragraph)
 FILE_NAME_ALT = re.compile(r"\.(png|svg|jpe?g|gif|webp)\b|/_images/", re.IGNORECASE)

@@ -1,7 +1,7 @@
 """What a reader sees, in headless chromium at 1280 px (a laptop) and 400 px (a phone): no console error, figures
 whose every text is at least 9 CSS px, nothing wider than the column without a scrollbar, explorers that move,
-numbered cross-references, no leaked notes. Screenshots of every page at both widths are left in
-_build/screenshots/ for a reviewer (build artifacts, never committed).
+numbered cross-references, no leaked notes. (Screenshots of every page at both widths, for a reviewer's eyes:
+`make screenshots`, tests/browser/review_screenshots.py.)
 
 Run `make book` first; the pages are the `root:`/`file:` entries of _toc.yml.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from attnsvm.book import plots
 
-from test_pages import PAGES, SCREENSHOTS
+from test_pages import PAGES
 
 each_page = pytest.mark.parametrize("name", PAGES)
 MIN_TEXT_PX = 9
@@ -326,12 +326,3 @@ def test_every_explorer_control_changes_its_figure(name, visit):
                 still.append(f"explorer {k + 1}, control {slider.get_attribute('aria-label')}")
             slider.evaluate("(s, v) => { s.value = v; s.dispatchEvent(new Event('input')); }", start)
     assert not still, f"{name}.html: explorer controls that change no pixel of their figure: {still}"
-
-
-@each_page
-def test_screenshots_for_review(name, visit, visit_phone):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for width, visited in ((1280, visit(name)), (400, visit_phone(name))):
-        path = SCREENSHOTS / f"{Path(name).name}-{width}.png"
-        visited.page.screenshot(path=path, full_page=True)
-        assert path.stat().st_size > 0

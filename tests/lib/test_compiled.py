@@ -99,6 +99,43 @@ def test_a_problems_run_does_not_depend_on_the_rest_of_the_batch(size):
     assert torch.equal(alone, together)
 
 
+@pytest.mark.parametrize("padded", [1, 4, 8, 64, 68, 100, 128, 200, 300, 500, 1000])
+@pytest.mark.parametrize("threads", [1, 2, 3, 64])
+def test_blocks_cover_the_lanes_in_whole_vectors_shared_evenly_by_the_threads(padded, threads):
+    blocks = compiled._blocks(padded, threads)
+    assert [block.start for block in blocks] == [0] + [block.stop for block in blocks[:-1]]
+    assert blocks[-1].stop == padded
+    sizes = [block.stop - block.start for block in blocks]
+    assert max(sizes) <= compiled.BLOCK and all(size % compiled.LANES == 0 for size in sizes[:-1])
+    assert len(blocks) == -(-padded // compiled.BLOCK) or len(blocks) % min(threads, len(blocks)) == 0
+    assert max(sizes) - min(sizes) < 2 * compiled.LANES
+
+
+@pytest.mark.parametrize("trainer", ["gd", "KQ", "mirror", "prompt", "diagonal", "ntp"])
+def test_a_run_is_the_same_on_any_number_of_loop_threads(trainer):
+    """The blocks of a batch run side by side on setup()'s loop_threads; a lane's arithmetic is its own."""
+    from attnsvm import _session, causal
+    from attnsvm.causal import _ntp_loop
+    problem, W0 = data.random_problem(4, 5, 6, seed=8, batch=150), train.uniform_init((150, 6, 6), 0)
+    ids = torch.randint(0, 5, (150, 4, 5), generator=torch.Generator().manual_seed(3))
+    ntp = [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
+    run = {"gd": lambda: train.gd(problem, steps=20, lr=0.1, init=W0).W,
+           "KQ": lambda: train.gd(problem, param="KQ", steps=20, lr=0.1, init=(W0, W0)).K,
+           "mirror": lambda: train.mirror_descent(problem, p=1.75, steps=20, lr=0.1, init=W0).W,
+           "prompt": lambda: train.gd_prompt(problem, torch.eye(6), steps=20, lr=0.1).probs,
+           "diagonal": lambda: train.diagonal_gd(problem, factorized=True, steps=20, lr=0.1, init=(W0[:, 0], W0[:, 1])).probs,
+           "ntp": lambda: _ntp_loop.gd(ntp, W0, 0.1, True, [0, 20])[1]}[trainer]
+    before = _session._loop_threads
+    try:
+        runs = []
+        for threads in (1, 2, 3):
+            _session._loop_threads = threads
+            runs.append(run())
+    finally:
+        _session._loop_threads = before
+    assert all(torch.equal(runs[0], other) for other in runs[1:])
+
+
 def test_auto_engine_is_the_compiled_one_where_it_applies():
     problem = data.random_problem(3, 4, 5, seed=1, batch=2)
     auto, compiled = (train.gd(problem, steps=20, lr=0.1, engine=e) for e in ("auto", "compiled"))

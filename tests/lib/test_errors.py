@@ -312,6 +312,14 @@ def test_gd_rejects_bad_initial_K_Q(problem):
         train.gd(problem, param="KQ", steps=1, lr=0.1, init=(K, _with(K, (0, 0), np.nan)))
 
 
+@pytest.mark.parametrize("value", [0, -2, 1.5, "2"])
+def test_setup_rejects_bad_loop_threads(value):
+    before = attnsvm._session._loop_threads
+    with pytest.raises((TypeError, ValueError), match=r"^loop_threads must be an integer >= 1"):
+        attnsvm.setup(loop_threads=value)
+    assert attnsvm._session._loop_threads == before  # nothing set
+
+
 def test_setup_rejects_bad_threads():
     dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
     try:

@@ -34,7 +34,7 @@ import numba
 import numpy as np
 import torch
 
-from ..train._cpu_loop import BLOCK, LOSS_CODES, _lanes
+from ..train._cpu_loop import LOSS_CODES, _each_block, _lanes
 from ..train._diagonal_loop import LANE_MATH, LOG_SCALE, ROWS, _combine, _sequence
 
 __all__ = ["gd"]  # `causal.gd` runs it
@@ -73,7 +73,7 @@ def _direct_norm(b, X, R, D, seq, counts, A, M):
     return scale * math.sqrt(total)
 
 
-@numba.njit(cache=True, fastmath=LANE_MATH, error_model="numpy")
+@numba.njit(cache=True, fastmath=LANE_MATH, error_model="numpy", nogil=True)
 def _run(XX, X, R, L0, GAMMA, seq, pos, counts, loss, log_nK, lr, normalized, record, Cs):
     """Every lane's run to step record[-1], lanes last: XX (n, T, n, T, L) the Gram matrix of the tokens, X
     (n, T, d, L), R (min(d, J), J, L) the R factor of the queries [q_1 ... q_J] = V R, L0 (J, T, L) the logits
@@ -166,15 +166,15 @@ def gd(problem, W0: torch.Tensor, L0: torch.Tensor, gamma: torch.Tensor, first: 
     arrays = (lanes_last(XX, (n, T, n, T)), lanes_last(problem.X, (n, T, d)), lanes_last(R, R.shape[-2:]),
               *(lanes_last(part, (J, T)) for part in queries))
     record = np.asarray(record, dtype=np.int64)
-    Cs, diverged = np.zeros((len(record), padded, J, T)), []
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+    Cs = np.zeros((len(record), padded, J, T))
+
+    def run_block(block: slice) -> int:
         part = np.zeros(Cs[:, block].shape)
         step = _run(*(np.ascontiguousarray(a[..., block]) for a in arrays), seq, pos, counts.astype(np.int64),
                     LOSS_CODES[loss], math.log(n * K), float(lr), bool(normalized), record, part)
         Cs[:, block] = part
-        if step >= 0:
-            diverged.append(int(step))
+        return int(step)
+    diverged = [step for step in _each_block(run_block, padded) if step >= 0]
     C = torch.from_numpy(Cs[:, :size]).reshape(len(record), size, n, K - first, T)
     A = torch.einsum("rbikt,bitd->rbikd", C, problem.X.expand(batch + (n, T, d)).reshape(size, n, T, d))
     Q = problem.queries.expand(batch + (n, K, d)).reshape(size, n, K, d)[:, :, first:]

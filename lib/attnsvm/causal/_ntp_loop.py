@@ -30,7 +30,8 @@ import numba
 import numpy as np
 import torch
 
-from ..train._cpu_loop import _FAST, BLOCK, _exp, _lanes, _log, _log1p, _outer_sums, _row_products, _scaled_unit
+from ..train._cpu_loop import (_FAST, _each_block, _exp, _lanes, _log, _log1p, _outer_sums, _row_products,
+                               _scaled_unit)
 from ..train._cpu_loop import _logits as _row_logits
 
 __all__ = ["gd"]
@@ -167,7 +168,7 @@ def _record(r, W, g, every, label, s, Ws, probs, losses):
                 Ws[r, b, p, q] = W[p, q, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(X, Z, LABEL, W0, lr, normalized, record, Ws, probs, losses, diverged):
     """Every lane's run to step record[-1], lanes last (X (n, T, d, L), Z (n, d, L), LABEL (n, T, L): 1 on the
     label's positions, W0 (d, d, L)); the iterates at the steps `record` of the first lanes (as many as Ws has:
@@ -218,11 +219,12 @@ def gd(problems: list, W0: torch.Tensor, lr: float, normalized: bool,
     record = np.asarray(record, dtype=np.int64)
     outputs = [np.zeros((len(record), size) + shape) for shape in ((d, d), (n, T), ())]
     diverged = np.empty(padded, dtype=np.int64)
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+
+    def run_block(block: slice) -> None:
         recorded = [np.zeros(a[:, block].shape) for a in outputs]  # the block's problems, not its repeats
         _run(*(np.ascontiguousarray(a[..., block]) for a in (X, Z, LABEL, W0)), float(lr), bool(normalized),
              record, *recorded, diverged[block])
         for a, values in zip(outputs, recorded):
             a[:, block] = values
+    _each_block(run_block, padded)
     return (*(torch.from_numpy(a) for a in outputs), diverged[:size])

@@ -9,7 +9,8 @@ and the exponentials and logarithms (some seventy per step and problem) go to gl
 libmvec, four lanes a call (computed lane by lane where libmvec is not there). Each lane's arithmetic is its own:
 a problem's run does not depend on the batch it is in. One problem alone runs in the same loop compiled for one
 lane (`_run_one`: no loop over lanes is left, so no loop overhead), to the same digits; a batch costs about as
-much per step for four problems as for sixteen (the loops' overhead), then grows in proportion. It keeps the
+much per step for four problems as for sixteen (the loops' overhead), then grows in proportion; the blocks of a
+larger batch run side by side on threads (`_each_block`, ``setup()``'s ``loop_threads``). It keeps the
 products W z_i, not W: the gradient
 sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for W
 itself), and W is formed only at the recorded steps. It covers the W parameterization with a
@@ -22,6 +23,7 @@ amplify round-off, as it would a change of BLAS.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import llvmlite.binding
@@ -34,6 +36,7 @@ from numba.core import cgutils, codegen, config
 
 from .. import heads
 from .._checks import boolean, budget, nonnegative_float, positive_float
+from .._session import _threads_for_loops
 from ..data import Problem
 from ..linear import SCHEDULES
 from ._gradients import GRADIENTS
@@ -555,13 +558,13 @@ def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, 
         _step(WZ, B, A, R, gram, log_scale, rate, normalized, eps, lanes, L)
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
     """`_body` on every lane of X (n, T, d, L)."""
     _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, X.shape[3])
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run_one(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks):
     """`_body` on one problem (X (n, T, d, 1)), compiled for one lane: no loop over lanes is left."""
     _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, 1)
@@ -650,13 +653,37 @@ def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, recor
         U, XV = lanes_last(u, (n, T)), np.zeros((n, T, 0, padded))
     inputs = (X, Y, Z, U, XV) + tuple(lanes_last(start, start.shape[-2:]) for start in starts)
     outputs = [np.empty((records, padded) + shape) for shape in shapes]
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+
+    def run_block(block: slice) -> None:
         recorded = [np.empty(a[:, block].shape) for a in outputs]
         run(*(np.ascontiguousarray(a[..., block]) for a in inputs), *options, *recorded)
         for a, values in zip(outputs, recorded):
             a[:, block] = values
+    _each_block(run_block, padded)
     return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in outputs)
+
+
+def _blocks(padded: int, threads: int) -> list[slice]:
+    """The lanes 0, ..., padded - 1 cut into blocks of at most BLOCK problems, each a whole number of vectors (but
+    the last), as few as can be but a multiple of the threads that run them (at most one per block), their sizes
+    within a vector of each other: the threads share them evenly."""
+    count = -(-padded // BLOCK)
+    count = -(-count // min(threads, count)) * min(threads, count)
+    vectors = -(-padded // LANES)
+    ends = np.minimum(LANES * np.cumsum([vectors // count + (k < vectors % count) for k in range(count)]), padded)
+    return [slice(int(start), int(end)) for start, end in zip(np.concatenate([[0], ends[:-1]]), ends)]
+
+
+def _each_block(run_block, padded: int) -> list:
+    """[run_block(block) for each of `_blocks`], the blocks side by side on ``setup()``'s ``loop_threads`` threads
+    (the compiled loops release the GIL). A lane's arithmetic is its own, so a problem's run does not depend on
+    the blocks or the threads."""
+    threads = _threads_for_loops()
+    blocks = _blocks(padded, threads)
+    if threads == 1 or len(blocks) == 1:
+        return [run_block(block) for block in blocks]
+    with ThreadPoolExecutor(min(threads, len(blocks))) as pool:  # a pool per call: safe in a forked child
+        return list(pool.map(run_block, blocks))
 
 
 def _record(record) -> np.ndarray:

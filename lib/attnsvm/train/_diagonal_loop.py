@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..data import Problem
-from ._cpu_loop import BLOCK, LOSS_CODES, _exp, _lanes, _log, _log1p, _scaled_unit
+from ._cpu_loop import LOSS_CODES, _each_block, _exp, _lanes, _log, _log1p, _scaled_unit
 
 __all__ = ["gd"]  # `train.diagonal_gd` runs it
 
@@ -171,7 +171,7 @@ def _moves(grad, lr, normalized, lanes):
                 grad[p, b] = lr * (lanes[FACTOR, b] * grad[p, b])
 
 
-@numba.njit(cache=True, fastmath=LANE_MATH, error_model="numpy")
+@numba.njit(cache=True, fastmath=LANE_MATH, error_model="numpy", nogil=True)
 def _run(phi, Y, U, k0, q0, factorized, loss, lr, normalized, record, ks, qs, probs, risks):
     """Every lane's run to step record[-1] from w = k0 (or (k, q) = (k0, q0) if `factorized`), lanes last (phi
     (n, T, d, L), Y (n, L), U (n, T, L): the token values, k0 and q0 (d, L)); the iterates at the steps `record` go
@@ -225,11 +225,12 @@ def gd(problem: Problem, starts: tuple, factorized: bool, loss: str, lr: float, 
               lanes_last(starts[0], (d,)), lanes_last(starts[-1], (d,)))
     record = np.asarray(record, dtype=np.int64)
     outputs = [np.empty((len(record), padded) + shape) for shape in ((d,), (d,), (n, T), ())]
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+
+    def run_block(block: slice) -> None:
         recorded = [np.empty(a[:, block].shape) for a in outputs]
         _run(*(np.ascontiguousarray(a[..., block]) for a in arrays), bool(factorized), LOSS_CODES[loss], float(lr),
              bool(normalized), record, *recorded)
         for a, values in zip(outputs, recorded):
             a[:, block] = values
+    _each_block(run_block, padded)
     return tuple(torch.from_numpy(a[:, :size]).reshape((len(record),) + batch + a.shape[2:]) for a in outputs)

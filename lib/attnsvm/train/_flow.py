@@ -43,7 +43,7 @@ from .._checks import as_array, positive_float, positive_int
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _memory_budget, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
-from ._cpu_loop import BLOCK, LOSS_CODES, _lanes
+from ._cpu_loop import LOSS_CODES, _each_block, _lanes
 from ._descent import ENGINES
 from ._diagonal import _starts
 from ._cpu_loop import _logits, _outer_sums, _row_products
@@ -384,7 +384,8 @@ def _norms(parts, out):
         out[b] = math.sqrt(out[b])
 
 
-@numba.njit(cache=True, error_model="numpy")  # no fast-math: the torch loop's arithmetic, operation for operation
+# no fast-math: the torch loop's arithmetic, operation for operation
+@numba.njit(cache=True, error_model="numpy", nogil=True)
 def _run(param, m, theta0, X, Z, phi, Y, U, loss, times, rtol, max_steps, records, probs, risks, steps, rejected, s):
     """Every lane's flow from theta0 (P, L) to the last of `times`, as `_integrate` takes it (lockstep, each lane its
     own step); the parameters at s = 0 and at `times` go to records (R + 1, P, L), the attention there to probs
@@ -502,18 +503,23 @@ def _compiled(problem: Problem, param: str, theta: tuple, times: np.ndarray, rto
     records, probs, risks = np.empty((R + 1, flat.shape[1], padded)), np.empty((R + 1, n, T, padded)), \
         np.empty((R + 1, padded))
     counts = [np.empty(padded, dtype=np.int64) for _ in range(2)]
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+
+    def run_block(block: slice) -> tuple | None:
+        """None, or (the code, the smallest s of the block) where a lane ended with an error."""
         parts = [np.empty(a[..., block].shape) for a in (records, probs, risks)]
         steps, rejected = (np.empty(parts[0].shape[-1], dtype=np.int64) for _ in range(2))
         reached = np.empty(parts[0].shape[-1])
         code = _run(_PARAM_CODES[param], m, *(np.ascontiguousarray(a[..., block]) for a in arrays), LOSS_CODES[loss],
                     times, float(rtol), int(max_steps), *parts, steps, rejected, reached)
         if code != _RUNNING:
-            return None, None, None, None, None, (code, float(reached.min()))
+            return code, float(reached.min())
         for a, part in zip((records, probs, risks), parts):
             a[..., block] = part
         counts[0][block], counts[1][block] = steps, rejected
+        return None
+    failures = [failure for failure in _each_block(run_block, padded) if failure is not None]
+    if failures:
+        return None, None, None, None, None, failures[0]
     flat_records = torch.from_numpy(np.moveaxis(records[..., :size], -1, 1).copy())  # (R+1, B, P)
     sizes = [int(np.prod(shape)) for shape in shapes]
     parts = torch.split(flat_records, sizes, dim=-1)

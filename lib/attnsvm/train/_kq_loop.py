@@ -88,14 +88,14 @@ def _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedul
         _move(Q, G_Q, log_scale, rate, normalized, eps, lanes, L)
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks):
     """`_body` on every lane of X (n, T, d, L)."""
     _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks,
           X.shape[3])
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run_one(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks):
     """`_body` on one problem (X (n, T, d, 1)), compiled for one lane."""
     _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks, 1)

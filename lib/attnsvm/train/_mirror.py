@@ -41,7 +41,7 @@ from .._checks import as_tensor, positive_float, positive_int
 from ..data import Problem
 from ..model import _TRAINING, LOSSES, _checked_problem, _option, _overflow, _risk, _token_values
 from . import _gradients as gradients
-from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _gradient, _lanes,
+from ._cpu_loop import (_FAST, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _each_block, _gradient, _lanes,
                         _largest_entries, _outer_sums, _products, _row_products)
 from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
                        _recorder)
@@ -220,14 +220,15 @@ def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: st
     R = len(record)
     Ws, probs, f = np.empty((R, padded, d, d)), np.empty((R, padded, n, T)), np.empty((R, padded, n))
     Ks, Qs = np.empty((R, padded, d, m)), np.empty((R, padded, d, m))
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+    run = _run_one if padded == 1 else _run
+
+    def run_block(block: slice) -> None:
         recorded = [np.empty(a[:, block].shape) for a in (Ws, Ks, Qs, probs, f)]
-        run = _run_one if padded == 1 else _run
         run(*(np.ascontiguousarray(a[..., block]) for a in (X, Y, Z, U, XV, K0, Q0, log_eps)), len(params) == 2,
-             LOSS_CODES[loss], float(lr), float(p), np.asarray(record, dtype=np.int64), *recorded)
+            LOSS_CODES[loss], float(lr), float(p), np.asarray(record, dtype=np.int64), *recorded)
         for a, values in zip((Ws, Ks, Qs, probs, f), recorded):
             a[:, block] = values
+    _each_block(run_block, padded)
     Ws, Ks, Qs, probs, f = (torch.from_numpy(a[:, :size]).reshape((R,) + batch + a.shape[2:])
                             for a in (Ws, Ks, Qs, probs, f))
     factors = {} if len(params) == 1 else {"K": Ks, "Q": Qs}
@@ -405,13 +406,13 @@ def _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, 
             _update(theta_K, K, G_K, p, lr, log_scale, log_eps, buffer, scratch, L)
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
     """`_body` on every lane of X (n, T, d, L)."""
     _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, X.shape[3])
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run_one(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f):
     """`_body` on one problem (X (n, T, d, 1)), compiled for one lane."""
     _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, 1)

@@ -160,7 +160,7 @@ def _step(WZ, B, A, R, gram, log_scale, log_gap, rows):
                 B[i, p, b] += rows[NORM, b] * A[i, p, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(X, Y, Z, U, XV, W0, loss, first_order, record, Ws, probs, recorded_outputs):
     """Every lane's Polyak run to step record[-1], lanes last (X (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...,
     as `_cpu_loop._run`); the iterates at the steps `record` go to Ws (records, L, d, d), probs (records, L, n, T)

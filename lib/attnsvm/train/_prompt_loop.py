@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..data import Problem
-from ._cpu_loop import (_FAST, BLOCK, GRADIENT_ROWS, LOSS_CODES, SCALE, _exp, _lanes, _record_outputs,
+from ._cpu_loop import (_FAST, GRADIENT_ROWS, LOSS_CODES, SCALE, _each_block, _exp, _lanes, _record_outputs,
                         _relative_weights, _scaled_unit, _sequence)
 
 __all__: list[str] = []  # `train.gd_prompt` runs it
@@ -75,7 +75,7 @@ def _step(p, G, log_scale, lr, normalized, lanes):
                 p[q, b] -= lr * (lanes[SCALE, b] * G[q, b])
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", nogil=True)
 def _run(keys, Y, U, P0, loss, lr, normalized, record, Ps, probs, risks):
     """Every lane's run to step record[-1], lanes last (keys (n, T, d, L), Y (n, L), U (n, T, L), P0 (d, L)); the
     iterates at the steps `record` go to Ps (records, L, d), probs (records, L, n, T) and risks (records, L)."""
@@ -108,11 +108,12 @@ def _gd(problem: Problem, keys: torch.Tensor, values: torch.Tensor, p0: torch.Te
               lanes_last(p0, (d,)))
     record = np.asarray(record, dtype=np.int64)
     outputs = [np.empty((len(record), padded) + shape) for shape in ((d,), (n, T), ())]
-    for start in range(0, padded, BLOCK):
-        block = slice(start, start + BLOCK)
+
+    def run_block(block: slice) -> None:
         recorded = [np.empty(a[:, block].shape) for a in outputs]
         _run(*(np.ascontiguousarray(a[..., block]) for a in inputs), LOSS_CODES[loss], float(lr), bool(normalized),
              record, *recorded)
         for a, values_ in zip(outputs, recorded):
             a[:, block] = values_
+    _each_block(run_block, padded)
     return tuple(torch.from_numpy(a[:, :size]).reshape((len(record),) + batch + a.shape[2:]) for a in outputs)
