@@ -9,10 +9,9 @@ INSTALLED := $(VENV)/.installed
 VENDOR := vendor/static/.fetched
 # Browser assets the built book serves itself (offline math), fetched from the npm registry.
 VENDOR_PACKAGES := mathjax@3.2.2
-SOURCES := $(wildcard book_src/*.md)
-NOTEBOOKS := $(patsubst book_src/%.md,book/%.ipynb,$(SOURCES))
 # The builds render the outputs stored in book/ (_config.yml: execute_notebooks "off"); `make book` and `make pdf`
-# execute book/ first, `make test` renders what nbval has just shown to be reproducible.
+# first execute the pages whose code or library changed, `make test` renders what nbval has just shown to be
+# reproducible.
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 # Notebooks executed at a time. One for `make notebooks`, so that the stored timings (the status page) are each
 # page's own; `make book` runs one per core, which builds the book faster but slows each page down.
@@ -47,9 +46,7 @@ $(VENDOR): Makefile
 # (read from book_src/) stored with the library for the introduction (tools/prerequisites.py).
 sync: $(INSTALLED)
 	$(BIN)/python tools/prerequisites.py
-	for src in $(SOURCES); do \
-	  $(BIN)/jupytext --quiet --to ipynb --update --output book/$$(basename $$src .md).ipynb $$src || exit 1; \
-	done
+	$(BIN)/python tools/sync_pages.py
 
 # Regenerate book/ from book_src/ and execute every notebook in place (commit the result), JOBS at a time, the
 # status page last (it reads the others' timings), and record in book/executed.json what each was executed with

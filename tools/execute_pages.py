@@ -4,12 +4,13 @@
 
 Each page's stored outputs were computed by its code cells and the library as they were then. A page's
 fingerprint (`fingerprints`) is a hash of exactly those inputs: its code cells (book_src/<page>.md; prose does not
-count), every file of the library (lib/) and requirements.txt; the status page's also holds the others'
-fingerprints and the benchmark results it shows. book/executed.json keeps the fingerprint each page was last
-executed with. `--stale` executes only the pages whose fingerprint changed since (`make book`: on a checkout whose
-pages are up to date, none), without it every page (`make notebooks`); the status page is executed whenever
-another page is, since it shows their execution times. tests/test_repository.py checks that the committed pages
-are up to date, and nbval (`make test`) that their stored outputs are what executing them gives.
+count), every file of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt; the status
+page's also holds the others' fingerprints and the benchmark results it shows. book/executed.json keeps the
+fingerprint each page was last executed with. `--stale` executes only the pages whose fingerprint changed since
+(`make book`: on a checkout whose pages are up to date, none), without it every page (`make notebooks`); the
+status page is executed whenever another page is, since it shows their execution times.
+tests/test_repository.py checks that the committed pages are up to date, and nbval (`make test`) that their
+stored outputs are what executing them gives.
 """
 
 import argparse
@@ -30,11 +31,12 @@ EXECUTE = [str(Path(sys.executable).parent / "jupyter"), "execute", "--inplace",
 
 
 def _library() -> str:
-    """A hash of every file of the library (lib/) and of requirements.txt, by path and content."""
+    """A hash of every file of the library's package (lib/attnsvm/), of lib/pyproject.toml and of requirements.txt,
+    by path and content."""
     digest = hashlib.sha256()
-    files = [path for path in sorted((ROOT / "lib").rglob("*")) if path.is_file()
+    files = [path for path in sorted((ROOT / "lib" / "attnsvm").rglob("*")) if path.is_file()
              and not any(skip in part for part in path.relative_to(ROOT).parts for skip in LIBRARY_SKIPS)]
-    for path in files + [ROOT / "requirements.txt"]:
+    for path in files + [ROOT / "lib" / "pyproject.toml", ROOT / "requirements.txt"]:
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -74,7 +76,8 @@ def execute(pages: list[str], jobs: int) -> None:
     others = [page for page in pages if page != STATUS]
     if not pages:
         return
-    subprocess.run([sys.executable, str(ROOT / "tools" / "compile_loops.py")], check=True)
+    if others:  # the status page trains nothing
+        subprocess.run([sys.executable, str(ROOT / "tools" / "compile_loops.py")], check=True)
 
     def run(page: str) -> None:
         print(f"executing book/{page}.ipynb", flush=True)
