@@ -185,7 +185,8 @@ def e51_search(reference_per_run: float) -> None:
 
 
 def chapter(name: str) -> None:
-    """One full chapter executed from its source, as `make notebooks` does."""
+    """One full chapter executed from its source, as `make notebooks` does (its `setup()`: the compiled loops on
+    every core)."""
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / f"{name}.ipynb"
         bin_dir = Path(sys.executable).parent
@@ -194,7 +195,8 @@ def chapter(name: str) -> None:
         start = time.perf_counter()
         subprocess.run([bin_dir / "jupyter", "execute", "--inplace", target], check=True, capture_output=True)
         row(f"chapter {name}, executed", None, time.perf_counter() - start, "asserts pass",
-            "(the authors' notebook for E4.1 alone: ~7 min; not run here)")
+            "(the compiled loops on every core, as the book runs it; the authors' notebook for E4.1 alone: ~7 min, "
+            "not run here)")
 
 
 def gd_floor() -> None:
@@ -454,7 +456,7 @@ def main() -> None:
     attnsvm.setup(seed=0, loop_threads=1)  # one thread everywhere, but in `loop_threads`
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = (f"{_processor()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), compiled loops "
-               f"on 1 thread but in the row that says otherwise, Python "
+               f"on 1 thread but in the rows that say otherwise, Python "
                f"{platform.python_version()}, torch {torch.__version__}; load average at the start "
                f"{os.getloadavg()[0]:.1f}")
     print(f"machine: {machine}", flush=True)
@@ -475,7 +477,7 @@ def main() -> None:
     graph_svm(repeats)
     diagonal_svm(repeats)
     chapter("04r_local_experiments")
-    loop_threads(repeats)  # last: after threads have run, the one-thread rows timed slower in a test (noise?)
+    loop_threads(repeats)  # last, so that no thread it starts runs beside a row timed on one
     table = _table(ROWS)
     print("\n" + table)
     store(machine, started, table)

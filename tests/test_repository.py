@@ -89,8 +89,8 @@ def test_every_page_was_executed_with_its_code_and_the_library_as_they_are():
 
 
 def test_a_page_is_stale_when_its_code_or_the_library_changes(tmp_path, monkeypatch):
-    """The fingerprint of a page changes with its code cells and with any file of the library, not with its prose;
-    the status page's with any other page's."""
+    """The fingerprint of a page changes with its code cells and with any file of the library, not with its prose,
+    line endings or files that are not the library's; the status page's with any other page's."""
     spec = importlib.util.spec_from_file_location("execute_pages", ROOT / "tools" / "execute_pages.py")
     execute_pages = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(execute_pages)
@@ -103,11 +103,17 @@ def test_a_page_is_stale_when_its_code_or_the_library_changes(tmp_path, monkeypa
     monkeypatch.setattr(execute_pages, "ROOT", tmp_path)
     monkeypatch.setattr(execute_pages, "SOURCES", tmp_path / "book_src")
     before = execute_pages.fingerprints()
+    theory = tmp_path / "lib" / "attnsvm" / "theory.py"
+    theory.write_bytes(theory.read_bytes().replace(b"\n", b"\r\n"))  # a checkout with Windows line endings
+    (tmp_path / "lib" / "attnsvm" / ".DS_Store").write_bytes(b"\0")  # an editor's or a file browser's file
+    (tmp_path / "lib" / "attnsvm" / "__pycache__").mkdir()
+    (tmp_path / "lib" / "attnsvm" / "__pycache__" / "theory.nbi").write_bytes(b"\0")  # Numba's cache
+    assert execute_pages.fingerprints() == before
     chapter = tmp_path / "book_src" / "09_rates.md"
     chapter.write_text(chapter.read_text().replace("\n## ", "\nA new sentence of prose.\n\n## ", 1))
     assert execute_pages.fingerprints() == before
     chapter.write_text(chapter.read_text().replace("import numpy as np", "import numpy as np  # numpy", 1))
     changed = execute_pages.fingerprints()
     assert {page for page in before if changed[page] != before[page]} == {"09_rates", "status"}
-    (tmp_path / "lib" / "attnsvm" / "theory.py").write_text((ROOT / "lib/attnsvm/theory.py").read_text() + "\n")
+    theory.write_text((ROOT / "lib/attnsvm/theory.py").read_text() + "\n")
     assert all(execute_pages.fingerprints()[page] != changed[page] for page in before)

@@ -3,8 +3,8 @@
     python tools/execute_pages.py [--stale] [--jobs N]
 
 Each page's stored outputs were computed by its code cells and the library as they were then. A page's
-fingerprint (`fingerprints`) is a hash of exactly those inputs: its code cells (book_src/<page>.md; prose does not
-count), every file of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt; the status
+fingerprint (`fingerprints`) is a hash of those inputs: its code cells and their tags (book_src/<page>.md; prose does
+not count), every file of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt; the status
 page's also holds the others' fingerprints and the benchmark results it shows. book/executed.json keeps the
 fingerprint each page was last executed with. `--stale` executes only the pages whose fingerprint changed since
 (`make book`: on a checkout whose pages are up to date, none), without it every page (`make notebooks`); the
@@ -26,25 +26,35 @@ import jupytext
 ROOT = Path(__file__).resolve().parents[1]
 BOOK, SOURCES, RECORD = ROOT / "book", ROOT / "book_src", ROOT / "book" / "executed.json"
 STATUS = "status"  # executed last: it shows the other pages' execution times and the benchmarks
-LIBRARY_SKIPS = ("__pycache__", ".egg-info", ".nbi", ".nbc", ".pyc")  # caches and build products, not inputs
+# Where git does not list the library's files: caches, build products and editors' files are not inputs.
+LIBRARY_SKIPS = ("__pycache__", ".egg-info", ".nbi", ".nbc", ".pyc", ".ipynb_checkpoints", ".DS_Store", "~")
 EXECUTE = [str(Path(sys.executable).parent / "jupyter"), "execute", "--inplace", "--timeout=600"]
 
 
 def _library() -> str:
-    """A hash of every file of the library's package (lib/attnsvm/), of lib/pyproject.toml and of requirements.txt,
-    by path and content."""
+    """A hash of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt: the files git tracks
+    there (in a checkout; else every file but caches), by path and content with line endings as git stores them."""
+    parts = ["lib/attnsvm", "lib/pyproject.toml", "requirements.txt"]
+    listed = subprocess.run(["git", "ls-files", "-z", "--", *parts], cwd=ROOT, capture_output=True)
+    if listed.returncode == 0 and listed.stdout:
+        files = sorted(ROOT / name for name in listed.stdout.decode().split("\0") if name)
+    else:  # not a git checkout (an unpacked archive)
+        files = sorted(path for path in (ROOT / "lib" / "attnsvm").rglob("*") if path.is_file() and not any(
+            skip in part for part in path.relative_to(ROOT).parts for skip in LIBRARY_SKIPS))
+        files += [ROOT / name for name in parts[1:]]
     digest = hashlib.sha256()
-    files = [path for path in sorted((ROOT / "lib" / "attnsvm").rglob("*")) if path.is_file()
-             and not any(skip in part for part in path.relative_to(ROOT).parts for skip in LIBRARY_SKIPS)]
-    for path in files + [ROOT / "lib" / "pyproject.toml", ROOT / "requirements.txt"]:
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in files:
+        content = path.read_bytes().replace(b"\r\n", b"\n")
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
 
 
 def _code(page: str) -> str:
-    """The code cells of book_src/<page>.md, as jupytext reads them."""
+    """The code cells of book_src/<page>.md as jupytext reads them, with their tags (which can change how a cell
+    runs: raises-exception, skip-execution)."""
     cells = jupytext.read(SOURCES / f"{page}.md").cells
-    return "\0".join(cell.source for cell in cells if cell.cell_type == "code")
+    return "\0".join(f"{cell.source}\0{sorted(cell.metadata.get('tags', []))}" for cell in cells
+                     if cell.cell_type == "code")
 
 
 def fingerprints() -> dict[str, str]:
@@ -87,13 +97,19 @@ def execute(pages: list[str], jobs: int) -> None:
     run(STATUS)
     done, prints = recorded(), fingerprints()
     done.update({page: prints[page] for page in others + [STATUS]})
-    RECORD.write_text(json.dumps(dict(sorted(done.items())), indent=1) + "\n")
+    RECORD.write_text(json.dumps({page: done[page] for page in sorted(done) if page in prints}, indent=1) + "\n")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stale", action="store_true", help="only the pages whose code or library changed")
-    parser.add_argument("--jobs", type=int, default=1, help="pages executed at a time")
+    parser.add_argument("--jobs", type=_positive, default=1, help="pages executed at a time")
     options = parser.parse_args()
     pages = stale() if options.stale else list(fingerprints())
     if options.stale:

@@ -11,11 +11,14 @@ from jupytext.cli import jupytext
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def main() -> int:
     for source in sorted((ROOT / "book_src").glob("*.md")):
-        jupytext(["--quiet", "--to", "ipynb", "--update", "--output", str(ROOT / "book" / f"{source.stem}.ipynb"),
-                  str(source)])
+        status = jupytext(["--quiet", "--to", "ipynb", "--update", "--output",
+                           str(ROOT / "book" / f"{source.stem}.ipynb"), str(source)])
+        if status:
+            return status
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -33,12 +33,13 @@ def setup(seed: int = 0, threads: int = 1, loop_threads: int | None = None) -> N
     machine, but 0.51 s with 2 as soon as another process used a core (and 15 times longer under heavier load), and
     a batch of NNLS solves went from 1.3 s to 6.6 s with two BLAS threads under load; one thread is never far from
     the best. The compiled loops (``train.gd`` and the other trainers on the CPU) are another matter: they cut a
-    batch into blocks of problems and run the blocks side by side, one thread each, and since each problem's
-    arithmetic is its own, a run is the same bit for bit on any number of threads (tests/lib); by default they use
-    every core the process may run on. Warns when a library does not run the pinned CPU code path (``codepaths.report()``), since the
-    printed numbers may then differ from the book's in their last digits; ``environment()`` prints the versions a
-    result was computed with. The experiments' parallel tasks set the same numerics themselves
-    (``attnsvm.experiments``), in whatever process runs them.
+    batch of more than 64 problems into blocks and run the blocks side by side, one thread each, and since each
+    problem's arithmetic is its own and the blocks do not depend on the threads, a run is the same bit for bit on
+    any number of threads (tests/lib); by default they use every core the process may run on. Warns when a library
+    does not run the pinned CPU code path (``codepaths.report()``), since the printed numbers may then differ from
+    the book's in their last digits; ``environment()`` prints the versions a result was computed with. The
+    experiments' parallel tasks set the same numerics themselves (``attnsvm.experiments``), in whatever process
+    runs them.
 
     Parameters
     ----------

@@ -99,32 +99,55 @@ def test_a_problems_run_does_not_depend_on_the_rest_of_the_batch(size):
     assert torch.equal(alone, together)
 
 
-@pytest.mark.parametrize("padded", [1, 4, 8, 64, 68, 100, 128, 200, 300, 500, 1000])
-@pytest.mark.parametrize("threads", [1, 2, 3, 64])
-def test_blocks_cover_the_lanes_in_whole_vectors_shared_evenly_by_the_threads(padded, threads):
-    blocks = compiled._blocks(padded, threads)
+@pytest.mark.parametrize("padded", [0, 1, 3, 4, 8, 64, 65, 68, 100, 128, 129, 200, 300, 500, 1000, 4099])
+def test_blocks_cover_the_lanes_in_whole_vectors_an_even_number_of_even_sizes(padded):
+    blocks = compiled._blocks(padded)
+    if padded == 0:
+        assert blocks == []
+        return
     assert [block.start for block in blocks] == [0] + [block.stop for block in blocks[:-1]]
     assert blocks[-1].stop == padded
     sizes = [block.stop - block.start for block in blocks]
     assert max(sizes) <= compiled.BLOCK and all(size % compiled.LANES == 0 for size in sizes[:-1])
-    assert len(blocks) == -(-padded // compiled.BLOCK) or len(blocks) % min(threads, len(blocks)) == 0
-    assert max(sizes) - min(sizes) < 2 * compiled.LANES
+    fewest = -(-padded // compiled.BLOCK)
+    assert len(blocks) == (fewest if fewest == 1 else fewest + fewest % 2)  # as few as can be, but even
+    vectors = [-(-size // compiled.LANES) for size in sizes]
+    assert max(vectors) - min(vectors) <= 1  # within a vector of each other
 
 
-@pytest.mark.parametrize("trainer", ["gd", "KQ", "mirror", "prompt", "diagonal", "ntp"])
+def test_blocks_of_the_books_batches():
+    assert [(b.start, b.stop) for b in compiled._blocks(300)] == [(0, 52), (52, 104), (104, 156), (156, 204),
+                                                                (204, 252), (252, 300)]
+    assert [(b.start, b.stop) for b in compiled._blocks(200)] == [(0, 52), (52, 104), (104, 152), (152, 200)]
+    assert [(b.start, b.stop) for b in compiled._blocks(64)] == [(0, 64)]
+
+
+def test_an_empty_batch_trains_to_an_empty_trajectory():
+    problems = data.random_problem(3, 4, 5, seed=0, batch=4)[2:2]
+    for run in (train.gd(problems, steps=2, lr=0.1), train.gd(problems, param="KQ", steps=2, lr=0.1),
+                train.mirror_descent(problems, p=1.75, steps=2, lr=0.1)):
+        assert run.W.shape == (3, 0, 5, 5) and run.loss.shape == (3, 0)
+
+
+@pytest.mark.parametrize("trainer", ["gd", "KQ", "mirror", "prompt", "diagonal", "ntp", "flow", "causal"])
 def test_a_run_is_the_same_on_any_number_of_loop_threads(trainer):
     """The blocks of a batch run side by side on setup()'s loop_threads; a lane's arithmetic is its own."""
     from attnsvm import _session, causal
     from attnsvm.causal import _ntp_loop
-    problem, W0 = data.random_problem(4, 5, 6, seed=8, batch=150), train.uniform_init((150, 6, 6), 0)
+    problem, W0 = data.random_problem(4, 5, 6, seed=8, batch=150), train.uniform_init((150, 6, 6), 0)  # 4 blocks
     ids = torch.randint(0, 5, (150, 4, 5), generator=torch.Generator().manual_seed(3))
     ntp = [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
     run = {"gd": lambda: train.gd(problem, steps=20, lr=0.1, init=W0).W,
            "KQ": lambda: train.gd(problem, param="KQ", steps=20, lr=0.1, init=(W0, W0)).K,
            "mirror": lambda: train.mirror_descent(problem, p=1.75, steps=20, lr=0.1, init=W0).W,
            "prompt": lambda: train.gd_prompt(problem, torch.eye(6), steps=20, lr=0.1).probs,
-           "diagonal": lambda: train.diagonal_gd(problem, factorized=True, steps=20, lr=0.1, init=(W0[:, 0], W0[:, 1])).probs,
-           "ntp": lambda: _ntp_loop.gd(ntp, W0, 0.1, True, [0, 20])[1]}[trainer]
+           "diagonal": lambda: train.diagonal_gd(problem, factorized=True, steps=20, lr=0.1,
+                                                 init=(W0[:, 0], W0[:, 1])).probs,
+           "ntp": lambda: _ntp_loop.gd(ntp, W0, 0.1, True, [0, 20])[1],
+           "flow": lambda: train.gradient_flow(problem, param="diagonal_KQ", init=(W0[:, 0], W0[:, 1]),
+                                               record_at=[0.5, 1.0]).probs,
+           "causal": lambda: causal.gd(causal.random_problem(3, 4, 6, seed=8, batch=150), steps=20, lr=0.1,
+                                       init=W0).probs}[trainer]
     before = _session._loop_threads
     try:
         runs = []

@@ -15,13 +15,13 @@ it: near a stationary point, or with tokens repeated across sequences) the loop 
 G from its terms, as the torch loop does, through the QR factorization of the queries (`_direct_norm`), so the
 norm never loses the digits the torch loop keeps.
 
-It follows `train._cpu_loop`'s design (read its docstring): every array ends in the lane axis, one problem per
-lane, BLOCK problems a call, float64, exponentials and logarithms through libmvec, and each lane's arithmetic its
-own, so a problem's run does not depend on the batch it is in. Each query's gradient is `_Plan.gradient`'s, in
-log space: the per-query logit gradient of `train.logit_gradient` (`train._diagonal_loop._sequence`, label +1,
-the query's own values) and the queries combined as sum_q e^{w_q - top} h_q with top the largest log weight, so
-it stays exact however far softmax saturates. The step is the torch loop's: -lr G / ||G||_F (no move where G = 0)
-or the plain -lr e^{top - log(nK)} G. The two loops sum in other orders and agree to round-off step by step
+It follows `train._cpu_loop`'s design (read its docstring): every array ends in the lane axis, one problem per lane,
+blocks of up to BLOCK problems, float64, exponentials and logarithms through libmvec, and each lane's arithmetic its
+own, so a problem's run does not depend on the batch it is in. Each query's gradient is `_Plan.gradient`'s, in log
+space: the per-query logit gradient of `train.logit_gradient` (`train._diagonal_loop._sequence`, label +1, the
+query's own values) and the queries combined as sum_q e^{w_q - top} h_q with top the largest log weight, so it stays
+exact however far softmax saturates. The step is the torch loop's: -lr G / ||G||_F (no move where G = 0) or the
+plain -lr e^{top - log(nK)} G. The two loops sum in other orders and agree to round-off step by step
 (tests/lib/test_causal_compiled.py). Numba's cache keys on the file that defines a function: after an edit of
 `train._diagonal_loop` or `train._cpu_loop`, clear this module's files in ``__pycache__``.
 """

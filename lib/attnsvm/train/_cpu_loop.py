@@ -1,23 +1,22 @@
 """Gradient descent on W compiled with Numba: the whole run of a block of problems in one call, on the CPU.
 
-At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is
-some fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the
-same step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the
-top-token sum), several times faster. It runs up to BLOCK problems side by side, one problem per lane: every
-array ends in the lane axis, so each operation is the same on all lanes and compiles to vector instructions,
-and the exponentials and logarithms (some seventy per step and problem) go to glibc's vector math library,
-libmvec, four lanes a call (computed lane by lane where libmvec is not there). Each lane's arithmetic is its own:
-a problem's run does not depend on the batch it is in. One problem alone runs in the same loop compiled for one
-lane (`_run_one`: no loop over lanes is left, so no loop overhead), to the same digits; a batch costs about as
-much per step for four problems as for sixteen (the loops' overhead), then grows in proportion; the blocks of a
-larger batch run side by side on threads (`_each_block`, ``setup()``'s ``loop_threads``). It keeps the
-products W z_i, not W: the gradient
-sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for W
-itself), and W is formed only at the recorded steps. It covers the W parameterization with a
-linear or ReLU head and any loss of `model.LOSSES` (`_kq_loop` runs (K, Q) on its gradient and step, `_mirror`
-mirror and sign descent on its gradient); `train.gd` uses it on the CPU where it applies and the torch
-loop everywhere else. The two agree to round-off step by step (tests/lib); over thousands of steps a run can
-amplify round-off, as it would a change of BLAS.
+At the book's sizes (a few sequences of a few tokens in R^10) a step of the batched torch loop of `train.gd` is some
+fifty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop computes the same
+step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the top-token
+sum), several times faster. It runs up to BLOCK problems side by side, one problem per lane: every array ends in the
+lane axis, so each operation is the same on all lanes and compiles to vector instructions, and the exponentials and
+logarithms (some seventy per step and problem) go to glibc's vector math library, libmvec, four lanes a call
+(computed lane by lane where libmvec is not there). Each lane's arithmetic is its own: a problem's run does not
+depend on the batch it is in. One problem alone runs in the same loop compiled for one lane (`_run_one`: no loop
+over lanes is left, so no loop overhead), to the same digits; a batch costs about as much per step for four problems
+as for sixteen (the loops' overhead), then grows in proportion; a batch of more than BLOCK problems runs in blocks
+side by side on threads (`_each_block`, ``setup()``'s ``loop_threads``). It keeps the products W z_i, not W: the
+gradient sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for
+W itself), and W is formed only at the recorded steps. It covers the W parameterization with a linear or ReLU head
+and any loss of `model.LOSSES` (`_kq_loop` runs (K, Q) on its gradient and step, `_mirror` mirror and sign descent
+on its gradient); `train.gd` uses it on the CPU where it applies and the torch loop everywhere else. The two agree
+to round-off step by step (tests/lib); over thousands of steps a run can amplify round-off, as it would a change of
+BLAS.
 """
 
 from __future__ import annotations
@@ -663,24 +662,27 @@ def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, recor
     return tuple(torch.from_numpy(a[:, :size]).reshape((records,) + batch + a.shape[2:]) for a in outputs)
 
 
-def _blocks(padded: int, threads: int) -> list[slice]:
+def _blocks(padded: int) -> list[slice]:
     """The lanes 0, ..., padded - 1 cut into blocks of at most BLOCK problems, each a whole number of vectors (but
-    the last), as few as can be but a multiple of the threads that run them (at most one per block), their sizes
-    within a vector of each other: the threads share them evenly."""
+    the last): as few as can be, but an even number where there is more than one, their sizes within a vector of
+    each other, so that two threads (or four) share them evenly. The blocks depend on ``padded`` alone, never on
+    the threads: a loop that stops a block early (at a failure, or once all its lanes diverged) does the same on
+    any number of threads."""
+    if padded == 0:
+        return []
     count = -(-padded // BLOCK)
-    count = -(-count // min(threads, count)) * min(threads, count)
+    count += count % 2 if count > 1 else 0
     vectors = -(-padded // LANES)
     ends = np.minimum(LANES * np.cumsum([vectors // count + (k < vectors % count) for k in range(count)]), padded)
     return [slice(int(start), int(end)) for start, end in zip(np.concatenate([[0], ends[:-1]]), ends)]
 
 
 def _each_block(run_block, padded: int) -> list:
-    """[run_block(block) for each of `_blocks`], the blocks side by side on ``setup()``'s ``loop_threads`` threads
-    (the compiled loops release the GIL). A lane's arithmetic is its own, so a problem's run does not depend on
-    the blocks or the threads."""
-    threads = _threads_for_loops()
-    blocks = _blocks(padded, threads)
-    if threads == 1 or len(blocks) == 1:
+    """[run_block(block) for each of `_blocks`], in order, the blocks side by side on ``setup()``'s
+    ``loop_threads`` threads (at most one per block; the compiled loops release the GIL). A lane's arithmetic is
+    its own and the blocks do not depend on the threads, so a run is the same on any number of threads."""
+    threads, blocks = _threads_for_loops(), _blocks(padded)
+    if threads == 1 or len(blocks) < 2:
         return [run_block(block) for block in blocks]
     with ThreadPoolExecutor(min(threads, len(blocks))) as pool:  # a pool per call: safe in a forked child
         return list(pool.map(run_block, blocks))

@@ -4,7 +4,7 @@ gradient on vector lanes that it and the compiled gradient flow (`_flow`) share.
 At Chapter 11's sizes (five sequences of two tokens in R^12, tens of thousands of steps) a step of the batched torch
 loop is some forty tiny tensor operations, and their overhead, not the arithmetic, sets its time. This loop takes
 the same steps in the design of `_cpu_loop` (read its docstring): every array ends in the lane axis, one problem
-per lane, BLOCK problems a call, float64, the exponentials and logarithms through libmvec (`_exp`, `_log`,
+per lane, blocks of up to BLOCK problems, float64, the exponentials and logarithms through libmvec (`_exp`, `_log`,
 `_log1p`), and each lane's arithmetic its own, so a problem's run does not depend on the batch it is in. For that
 these loops compile with fused multiply-adds but without reassociation (LANE_MATH): with it, LLVM summed a lane's
 terms in one order in a vector loop's body and in another in its remainder, and a run changed in its last digits

@@ -21,7 +21,7 @@ it exactly, so each record carries its drift ||C(s) - C(0)||_F, a check on the i
 On the CPU the integrator runs compiled with Numba (`_run`, engine "compiled"): at the book's sizes a step of the
 batched torch loop is some three hundred tiny tensor operations (six evaluations of the velocity), and their
 overhead, not the arithmetic, sets its time. It follows `_cpu_loop`'s design: every array ends in the lane axis,
-one problem per lane, BLOCK problems a call, so a problem's flow does not depend on the batch it is in. Its
+one problem per lane, blocks of up to BLOCK problems, so a problem's flow does not depend on the batch it is in. Its
 velocity takes the exact log-space gradient of `_diagonal_loop` (``gradients.logit_gradient``'s formulas); its
 Dormand-Prince loop is the torch loop's, operation for operation (the stages' sums in the same order, without
 fast-math), every lane stepping in lockstep as the torch loop's problems do. The two sum the gradient in other

@@ -1,6 +1,6 @@
 """Gradient descent on (K, Q), W = K Q^T, compiled with Numba: `train.gd(param="KQ")` on the CPU.
 
-The same design as the W loop of `_cpu_loop` (one problem per vector lane, BLOCK problems a call), and the same
+The same design as the W loop of `_cpu_loop` (one problem per vector lane, blocks of up to BLOCK problems), and the same
 arithmetic wherever the two share it: the exact log-space gradient dL/dW = e^{log scale} sum_i A_i z_i^T of
 `_cpu_loop._gradient` and the normalization of `_cpu_loop._factor`. Only the factors differ: the loop keeps K
 and Q (d, m) and the products Q^T z_i, forms W z_i = K (Q^T z_i) for the logits and takes

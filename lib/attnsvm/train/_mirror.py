@@ -208,7 +208,7 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
 
 
 def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:
-    """`_train`'s run in the compiled loop `_run`: lanes last, BLOCK problems a call (as `_cpu_loop.gd`)."""
+    """`_train`'s run in the compiled loop `_run`: lanes last, blocks of up to BLOCK problems (as `_cpu_loop.gd`)."""
     batch, n, T, d, m = problem.batch_shape, problem.n, problem.T, problem.d, params[0].shape[-1]
     size, padded, lanes_last = _lanes(batch, one_lane=True)
     X, Y, Z = lanes_last(problem.X, (n, T, d)), lanes_last(problem.Y, (n,)), lanes_last(problem.Z, (n, d))

@@ -1,19 +1,19 @@
 """Gradient descent on the query p of paper B's prompt model compiled with Numba: `train.gd_prompt` on the CPU.
 
-The model is f(X) = <X v, softmax(X key p)>: the logits of sequence i are g_it = k_it . p with the keys
-k_it = key^T x_it, and the gradient is dL/dp = sum_i sum_t dL/dg_it k_it. At the book's sizes (one to three
-sequences of two to seven tokens in R^3, up to a few thousand starting points) a step of the batched torch loop
-is some forty tiny tensor operations whose overhead sets its time; this loop takes the same step in the design of
-`_cpu_loop` (read its docstring): every array ends in the lane axis, one problem per lane, BLOCK problems a call,
-float64, the exponentials and logarithms through libmvec (`_exp`, `_log`, `_log1p`), and each lane's arithmetic
-its own, so a problem's run does not depend on the batch it is in. The gradient is `_cpu_loop`'s sequence by
-sequence (`_sequence`, `_relative_weights`, with W z_i replaced by p), so `gradients.logit_gradient`'s factor for
-factor: the pairwise form, the ratios s_it / e^{L_i} (taken as e^{g_it - second} where e^{second}
-underflows), the top token's sum, the log-space scale e^{log scale} over the sequences. So it stays exact however
-far softmax saturates, as the torch loop's does. The step is the torch loop's (`train._descend` with
-`train._unit`): -lr g / ||g|| with g scaled by its largest entry first, or the plain -lr e^{log scale} g. The two
-loops sum in other orders and agree to round-off step by step (tests/lib/test_prompt_compiled.py). Numba's cache
-keys on this file only: after an edit of `_cpu_loop`, clear this module's files in ``__pycache__``.
+The model is f(X) = <X v, softmax(X key p)>: the logits of sequence i are g_it = k_it . p with the keys k_it = key^T
+x_it, and the gradient is dL/dp = sum_i sum_t dL/dg_it k_it. At the book's sizes (one to three sequences of two to
+seven tokens in R^3, up to a few thousand starting points) a step of the batched torch loop is some forty tiny
+tensor operations whose overhead sets its time; this loop takes the same step in the design of `_cpu_loop` (read its
+docstring): every array ends in the lane axis, one problem per lane, blocks of up to BLOCK problems, float64, the
+exponentials and logarithms through libmvec (`_exp`, `_log`, `_log1p`), and each lane's arithmetic its own, so a
+problem's run does not depend on the batch it is in. The gradient is `_cpu_loop`'s sequence by sequence
+(`_sequence`, `_relative_weights`, with W z_i replaced by p), so `gradients.logit_gradient`'s factor for factor: the
+pairwise form, the ratios s_it / e^{L_i} (taken as e^{g_it - second} where e^{second} underflows), the top token's
+sum, the log-space scale e^{log scale} over the sequences. So it stays exact however far softmax saturates, as the
+torch loop's does. The step is the torch loop's (`train._descend` with `train._unit`): -lr g / ||g|| with g scaled
+by its largest entry first, or the plain -lr e^{log scale} g. The two loops sum in other orders and agree to
+round-off step by step (tests/lib/test_prompt_compiled.py). Numba's cache keys on this file only: after an edit of
+`_cpu_loop`, clear this module's files in ``__pycache__``.
 """
 
 from __future__ import annotations
