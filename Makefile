@@ -10,8 +10,8 @@ VENDOR := vendor/static/.fetched
 # Browser assets the built book serves itself (offline math), fetched from the npm registry.
 VENDOR_PACKAGES := mathjax@3.2.2
 # The builds render the outputs stored in book/ (_config.yml: execute_notebooks "off"); `make book` and `make pdf`
-# first execute the pages whose code or library changed, `make test` renders what nbval has just shown to be
-# reproducible.
+# first execute the pages whose code or library changed, `make test` renders the stored outputs, which its nbval
+# suite then shows to be reproducible.
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 # Notebooks executed at a time. One for `make notebooks`, so that the stored timings (the status page) are each
 # page's own; `make book` runs one per core, which builds the book faster but slows each page down.
@@ -68,15 +68,17 @@ book: setup sync
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
 
+# `make test` builds the PDF and the HTML (single processes) while the loops compile (two processes), since
+# neither needs the other; the suites then run on every core.
 test: setup
-	$(BIN)/python tools/compile_loops.py
+	$(BIN)/python tools/compile_loops.py & compiling=$$!; \
+	{ $(PDF_IF_XELATEX); } && $(JB_BUILD); built=$$?; \
+	wait $$compiling && [ $$built -eq 0 ]
 	$(PYTEST) tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
 	  tests/test_provenance.py tests/test_notation.py tests/test_repository.py tests/test_captions.py
 	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
 	$(PYTEST) tests/test_student_edition.py
-	$(PDF_IF_XELATEX)
-	$(JB_BUILD)
 	$(PYTEST) --dist loadgroup tests/browser tests/test_pdf.py
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, the pages executed first as for `make book`.
