@@ -32,12 +32,18 @@ EXECUTE = [str(Path(sys.executable).parent / "jupyter"), "execute", "--inplace",
 
 
 def _library() -> str:
-    """A hash of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt: the files git tracks
-    there (in a checkout; else every file but caches), by path and content with line endings as git stores them."""
+    """A hash of the library's package (lib/attnsvm/), lib/pyproject.toml and requirements.txt: the files git lists
+    there (tracked or new and not ignored, in a checkout; else every file but caches), by path and content with
+    line endings as git stores them."""
     parts = ["lib/attnsvm", "lib/pyproject.toml", "requirements.txt"]
-    listed = subprocess.run(["git", "ls-files", "-z", "--", *parts], cwd=ROOT, capture_output=True)
-    if listed.returncode == 0 and listed.stdout:
-        files = sorted(ROOT / name for name in listed.stdout.decode().split("\0") if name)
+    try:  # tracked files and new ones git does not ignore, as they are in the working tree
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *parts],
+                                cwd=ROOT, capture_output=True)
+    except OSError:  # no git on this machine
+        listed = None
+    if listed is not None and listed.returncode == 0 and listed.stdout:
+        files = sorted({ROOT / name for name in listed.stdout.decode().split("\0") if name})
+        files = [path for path in files if path.is_file()]  # not a tracked file deleted in the working tree
     else:  # not a git checkout (an unpacked archive)
         files = sorted(path for path in (ROOT / "lib" / "attnsvm").rglob("*") if path.is_file() and not any(
             skip in part for part in path.relative_to(ROOT).parts for skip in LIBRARY_SKIPS))
@@ -63,7 +69,8 @@ def fingerprints() -> dict[str, str]:
     pages = sorted(path.stem for path in SOURCES.glob("*.md"))
     prints = {page: hashlib.sha256(f"{library}\0{_code(page)}".encode()).hexdigest()
               for page in pages if page != STATUS}
-    shown = (ROOT / "benchmarks" / "results.json").read_bytes() + json.dumps(prints, sort_keys=True).encode()
+    results = (ROOT / "benchmarks" / "results.json").read_bytes().replace(b"\r\n", b"\n")
+    shown = results + json.dumps(prints, sort_keys=True).encode()
     prints[STATUS] = hashlib.sha256(f"{library}\0{_code(STATUS)}\0".encode() + shown).hexdigest()
     return prints
 

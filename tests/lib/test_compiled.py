@@ -127,6 +127,31 @@ def test_an_empty_batch_trains_to_an_empty_trajectory():
     for run in (train.gd(problems, steps=2, lr=0.1), train.gd(problems, param="KQ", steps=2, lr=0.1),
                 train.mirror_descent(problems, p=1.75, steps=2, lr=0.1)):
         assert run.W.shape == (3, 0, 5, 5) and run.loss.shape == (3, 0)
+    for param in ("W", "diagonal", "diagonal_KQ"):
+        flow = train.gradient_flow(problems, param=param, init=None if param != "diagonal_KQ" else (
+            torch.ones(0, 5), torch.ones(0, 5)), record_at=[0.1])
+        assert flow.W.shape == (2, 0, 5, 5), param
+
+
+def test_a_block_whose_lanes_all_diverge_stops_alike_on_any_number_of_threads():
+    """The next-token loop stops a block once all its lanes have diverged (their records from there on are not
+    finite): with blocks that followed the threads, which records were computed would depend on them."""
+    from attnsvm import _session, causal
+    from attnsvm.causal import _ntp_loop
+    ids = torch.randint(0, 5, (150, 4, 5), generator=torch.Generator().manual_seed(3))
+    ntp = [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
+    W0 = train.uniform_init((150, 6, 6), 0).clone()
+    W0[:52] = math.inf  # the first block (of four) diverges at once
+    before, runs = _session._loop_threads, []
+    try:
+        for threads in (1, 2, 3):
+            _session._loop_threads = threads
+            runs.append(_ntp_loop.gd(ntp, W0, 0.1, True, [0, 5, 20]))
+    finally:
+        _session._loop_threads = before
+    assert (runs[0][3][:52] == 0).all() and (runs[0][3][52:] == -1).all()
+    for other in runs[1:]:
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(runs[0], other))
 
 
 @pytest.mark.parametrize("trainer", ["gd", "KQ", "mirror", "prompt", "diagonal", "ntp", "flow", "causal"])

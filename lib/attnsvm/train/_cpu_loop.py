@@ -637,8 +637,9 @@ def _gd(problem: Problem, W0: torch.Tensor, head, loss: str, lr: float, normaliz
 def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, records: int, shapes: tuple,
                run_one=None) -> tuple[torch.Tensor, ...]:
     """The records of a compiled loop `run` (`_run`'s arguments: the problem's X, Y, Z, the head's U, XV, the
-    ``starts``, ``options``, then the arrays it records into, one per shape of ``shapes``), called on BLOCK
-    problems at a time, lanes last (`run_one`, the loop compiled for one lane, where there is one problem);
+    ``starts``, ``options``, then the arrays it records into, one per shape of ``shapes``), called on blocks of up
+    to BLOCK problems (`_each_block`), lanes last (`run_one`, the loop compiled for one lane, where there is one
+    problem);
     each record as a tensor (records, *batch, *shape)."""
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     size, padded, lanes_last = _lanes(batch, one_lane=run_one is not None)
@@ -665,8 +666,8 @@ def _in_blocks(run, problem: Problem, head, starts: tuple, options: tuple, recor
 def _blocks(padded: int) -> list[slice]:
     """The lanes 0, ..., padded - 1 cut into blocks of at most BLOCK problems, each a whole number of vectors (but
     the last): as few as can be, but an even number where there is more than one, their sizes within a vector of
-    each other, so that two threads (or four) share them evenly. The blocks depend on ``padded`` alone, never on
-    the threads: a loop that stops a block early (at a failure, or once all its lanes diverged) does the same on
+    each other, so that two threads share them evenly. The blocks depend on ``padded`` alone, never on the
+    threads: a loop that stops a block early (at a failure, or once all its lanes diverged) does the same on
     any number of threads."""
     if padded == 0:
         return []

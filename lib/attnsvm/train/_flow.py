@@ -495,7 +495,7 @@ def _compiled(problem: Problem, param: str, theta: tuple, times: np.ndarray, rto
     shapes = [p.shape[1:] for p in theta]
     m = shapes[0][-1] if param == "KQ" else 0
     size, padded, lanes_last = _lanes((B,))
-    flat = torch.cat([p.reshape(B, -1) for p in theta], 1)
+    flat = torch.cat([p.flatten(1) for p in theta], 1)  # (B, P), also for B = 0
     phi = problem.X * problem.Z[..., None, :] if "diagonal" in param else torch.zeros(B, n, T, 1, dtype=torch.float64)
     values = _token_values(problem, problem.v)
     arrays = (lanes_last(flat, flat.shape[1:]), lanes_last(problem.X, (n, T, d)), lanes_last(problem.Z, (n, d)),
