@@ -5,9 +5,17 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("repository", ROOT / "tools" / "repository.py")
-repository = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(repository)
+
+
+def _tool(name: str):
+    """The module tools/<name>.py (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+repository = _tool("repository")
 
 
 def test_every_chapter_has_one_install_cell():
@@ -80,9 +88,7 @@ def test_every_page_was_executed_with_its_code_and_the_library_as_they_are():
     """`make book` executes only the pages whose code cells or library changed since they were executed
     (tools/execute_pages.py records what each was executed with in book/executed.json): on a commit none may be
     stale, or a fresh `make book` would execute it, and the stored outputs would not be the ones its code gives."""
-    spec = importlib.util.spec_from_file_location("execute_pages", ROOT / "tools" / "execute_pages.py")
-    execute_pages = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(execute_pages)
+    execute_pages = _tool("execute_pages")
     stale = execute_pages.stale()
     assert not stale, (f"{stale} were executed with other code cells or another library than book_src/ and lib/ "
                        f"hold now: run `make notebooks` (or `make book`) and commit book/")
@@ -91,9 +97,7 @@ def test_every_page_was_executed_with_its_code_and_the_library_as_they_are():
 def test_a_page_is_stale_when_its_code_or_the_library_changes(tmp_path, monkeypatch):
     """The fingerprint of a page changes with its code cells and with any file of the library, not with its prose,
     line endings or files that are not the library's; the status page's with any other page's."""
-    spec = importlib.util.spec_from_file_location("execute_pages", ROOT / "tools" / "execute_pages.py")
-    execute_pages = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(execute_pages)
+    execute_pages = _tool("execute_pages")
     import shutil
     for part in ("lib/attnsvm", "book_src"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))

@@ -133,54 +133,53 @@ def test_an_empty_batch_trains_to_an_empty_trajectory():
         assert flow.W.shape == (2, 0, 5, 5), param
 
 
-def test_a_block_whose_lanes_all_diverge_stops_alike_on_any_number_of_threads():
+def _on_threads(run, monkeypatch) -> list:
+    """run() with setup()'s loop_threads set to 1, 2 and 3 in turn (restored afterwards)."""
+    from attnsvm import _session
+    runs = []
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(_session, "_loop_threads", threads)
+        runs.append(run())
+    return runs
+
+
+def _ntp_problems(size: int = 150) -> list:
+    """``size`` next-token problems (4 sequences of 5 ids, d = 6), each sequence's label its first id."""
+    from attnsvm import causal
+    ids = torch.randint(0, 5, (size, 4, 5), generator=torch.Generator().manual_seed(3))
+    return [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
+
+
+def test_a_block_whose_lanes_all_diverge_stops_alike_on_any_number_of_threads(monkeypatch):
     """The next-token loop stops a block once all its lanes have diverged (their records from there on are not
     finite): with blocks that followed the threads, which records were computed would depend on them."""
-    from attnsvm import _session, causal
     from attnsvm.causal import _ntp_loop
-    ids = torch.randint(0, 5, (150, 4, 5), generator=torch.Generator().manual_seed(3))
-    ntp = [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
-    W0 = train.uniform_init((150, 6, 6), 0).clone()
+    ntp, W0 = _ntp_problems(), train.uniform_init((150, 6, 6), 0).clone()
     W0[:52] = math.inf  # the first block (of four) diverges at once
-    before, runs = _session._loop_threads, []
-    try:
-        for threads in (1, 2, 3):
-            _session._loop_threads = threads
-            runs.append(_ntp_loop.gd(ntp, W0, 0.1, True, [0, 5, 20]))
-    finally:
-        _session._loop_threads = before
+    runs = _on_threads(lambda: _ntp_loop.gd(ntp, W0, 0.1, True, [0, 5, 20]), monkeypatch)
     assert (runs[0][3][:52] == 0).all() and (runs[0][3][52:] == -1).all()
     for other in runs[1:]:
         assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(runs[0], other))
 
 
 @pytest.mark.parametrize("trainer", ["gd", "KQ", "mirror", "prompt", "diagonal", "ntp", "flow", "causal"])
-def test_a_run_is_the_same_on_any_number_of_loop_threads(trainer):
+def test_a_run_is_the_same_on_any_number_of_loop_threads(trainer, monkeypatch):
     """The blocks of a batch run side by side on setup()'s loop_threads; a lane's arithmetic is its own."""
-    from attnsvm import _session, causal
+    from attnsvm import causal
     from attnsvm.causal import _ntp_loop
     problem, W0 = data.random_problem(4, 5, 6, seed=8, batch=150), train.uniform_init((150, 6, 6), 0)  # 4 blocks
-    ids = torch.randint(0, 5, (150, 4, 5), generator=torch.Generator().manual_seed(3))
-    ntp = [causal.ntp_problem(seq, seq[:, 0], d=6, seed=seed, K=5) for seed, seq in enumerate(ids)]
     run = {"gd": lambda: train.gd(problem, steps=20, lr=0.1, init=W0).W,
            "KQ": lambda: train.gd(problem, param="KQ", steps=20, lr=0.1, init=(W0, W0)).K,
            "mirror": lambda: train.mirror_descent(problem, p=1.75, steps=20, lr=0.1, init=W0).W,
            "prompt": lambda: train.gd_prompt(problem, torch.eye(6), steps=20, lr=0.1).probs,
            "diagonal": lambda: train.diagonal_gd(problem, factorized=True, steps=20, lr=0.1,
                                                  init=(W0[:, 0], W0[:, 1])).probs,
-           "ntp": lambda: _ntp_loop.gd(ntp, W0, 0.1, True, [0, 20])[1],
+           "ntp": lambda: _ntp_loop.gd(_ntp_problems(), W0, 0.1, True, [0, 20])[1],
            "flow": lambda: train.gradient_flow(problem, param="diagonal_KQ", init=(W0[:, 0], W0[:, 1]),
                                                record_at=[0.5, 1.0]).probs,
            "causal": lambda: causal.gd(causal.random_problem(3, 4, 6, seed=8, batch=150), steps=20, lr=0.1,
                                        init=W0).probs}[trainer]
-    before = _session._loop_threads
-    try:
-        runs = []
-        for threads in (1, 2, 3):
-            _session._loop_threads = threads
-            runs.append(run())
-    finally:
-        _session._loop_threads = before
+    runs = _on_threads(run, monkeypatch)
     assert all(torch.equal(runs[0], other) for other in runs[1:])
 
 
