@@ -6,10 +6,10 @@ For W = diag(w) the logit of token t is x_it^T diag(w) z_i = <phi_it, w> with th
     w_alpha^p = argmin ||w||_p  s.t.  <phi_{i,alpha_i} - phi_it, w> >= 1  for all i and t != alpha_i,
 
 with ||diag(w)||_F = ||w||_2 (p = 2, the bias of gradient descent on w) and ||diag(w)||_* = ||w||_1 (p = 1, the
-bias of the factorization w = k * q). p = 2 is solved by non-negative least squares, p = 1 by the entrywise l1
-Att-SVM (``att_svm(..., norm=1)``, HiGHS) of the features with the query e_1, whose solution is zero off its
-first column, which is w. ``nonnegative=True`` adds w >= 0 (the reach of a balanced start k = q): a least-distance
-program for p = 2, a linear program (HiGHS through scipy) for p = 1.
+bias of the factorization w = k * q). p = 2 is solved by non-negative least squares, p = 1 as the linear program
+min sum(w+ + w-) s.t. A (w+ - w-) >= 1, w+, w- >= 0 (w = w+ - w-), by HiGHS. ``nonnegative=True`` adds w >= 0
+(the reach of a balanced start k = q): a least-distance program for p = 2, min sum(w) s.t. A w >= 1, w >= 0 for
+p = 1.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from numpy.typing import ArrayLike
 from .._checks import as_index, boolean
 from ..data import Problem
 from ..model import _checked_problem
-from ._attention import (InfeasibleSVM, SolverError, _accepted, _least_distance, _pairs, _raise_infeasible,
-                         _unit_scale, att_svm)
+from ._attention import MAX_NORM, SolverError, _accepted, _least_distance, _pairs, _raise_infeasible, _unit_scale
+from ._entrywise import HIGHS_TOL
 from ._nuclear_svm import _unscale
 
 __all__ = ["diagonal_features", "diagonal_svm", "DIAGONAL_NORMS"]
@@ -74,18 +74,33 @@ def _norm(norm) -> int:
 
 
 def _nonnegative_l1(A: np.ndarray):
-    """min sum(w) s.t. A w >= 1, w >= 0 by HiGHS: w, or None where no such w exists."""
-    from scipy.optimize import linprog
+    """min sum(w) s.t. A w >= 1, w >= 0 by HiGHS (highspy: no modelling layer, no scipy wrapper, which took most
+    of the time of so small a program): w, or None where HiGHS certifies that no such w exists."""
+    import highspy
 
     k, d = A.shape
-    result = linprog(np.ones(d), A_ub=-A, b_ub=-np.ones(k), bounds=[(0, None)] * d, method="highs",
-                     options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
-    if result.status == 2:  # infeasible
+    solver = highspy.Highs()
+    for name, value in (("output_flag", False), ("primal_feasibility_tolerance", HIGHS_TOL),
+                        ("dual_feasibility_tolerance", HIGHS_TOL)):
+        solver.setOptionValue(name, value)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = d, k
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = np.ones(d), np.zeros(d), np.full(d, highspy.kHighsInf)
+    lp.row_lower_, lp.row_upper_ = np.ones(k), np.full(k, highspy.kHighsInf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.arange(0, k * d + 1, d, dtype=np.int32)
+    lp.a_matrix_.index_ = np.tile(np.arange(d, dtype=np.int32), k)
+    lp.a_matrix_.value_ = np.ascontiguousarray(A, dtype=np.float64).ravel()
+    solver.passModel(lp)
+    solver.run()
+    status = solver.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
         return None
-    if result.status != 0:
-        raise SolverError(f"HiGHS stopped with status {result.status} ({result.message}) on the non-negative l1 "
-                          f"diagonal Att-SVM")
-    return np.maximum(result.x, 0.0)
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise SolverError(f"HiGHS stopped with status {solver.modelStatusToString(status)} on the l1 diagonal "
+                          f"Att-SVM")
+    w = np.maximum(np.array(solver.getSolution().col_value), 0.0)
+    return None if np.abs(w).sum() > MAX_NORM else w
 
 
 def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegative: bool = False) -> np.ndarray:
@@ -135,16 +150,6 @@ def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegati
     batch, n, T, d = problem.batch_shape, problem.n, problem.T, problem.d
     alpha = as_index(alpha, "alpha", batch + (n,), T).reshape(-1, n)
     phi = diagonal_features(problem).detach().cpu().numpy().reshape(-1, n, T, d)
-    if norm == 1 and not nonnegative:  # the l1 Att-SVM of the features, with the query e_1: W = [w, 0, ..., 0]
-        queries = np.zeros((len(phi), n, d))
-        queries[..., 0] = 1.0
-        try:
-            W = att_svm(phi, queries, alpha, norm=1, solver="highs")
-        except InfeasibleSVM as err:
-            raise InfeasibleSVM(f"the diagonal Att-SVM is infeasible for batch instances {list(err.instances)}: no "
-                                f"diagonal W separates the selected tokens alpha from the others",
-                                err.instances) from None
-        return W[..., :, 0].reshape(batch + (d,))
     solutions = []
     for phi_b, alpha_b in zip(phi, alpha):
         (phi_b,), e = _unit_scale(phi_b)
@@ -153,8 +158,11 @@ def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegati
             rows, h = (np.vstack([A, np.eye(d)]), np.r_[np.ones(len(A)), np.zeros(d)]) if nonnegative else (A, None)
             solution = _least_distance(rows, h)
             w = None if solution is None else (np.maximum(solution[0], 0.0) if nonnegative else solution[0])
-        else:
+        elif nonnegative:
             w = _nonnegative_l1(A)
+        else:  # w = w+ - w- with w+, w- >= 0, at an optimum never both positive in one entry
+            w = _nonnegative_l1(np.hstack([A, -A]))
+            w = None if w is None else w[:d] - w[d:]
         if w is not None:
             w = w / _accepted((A @ w).min(), "the diagonal Att-SVM solution has a margin")
             w = _unscale(w, e, "the diagonal Att-SVM solution for this problem")
