@@ -5,18 +5,18 @@ fifty tiny tensor operations, and their overhead, not the arithmetic, sets its t
 step, the exact gradient of `gradients` factor for factor (the pairwise form, the log-space scale, the top-token
 sum), several times faster. It runs up to BLOCK problems side by side, one problem per lane: every array ends in the
 lane axis, so each operation is the same on all lanes and compiles to vector instructions, and the exponentials and
-logarithms (some seventy per step and problem) go to glibc's vector math library, libmvec, four lanes a call
-(computed lane by lane where libmvec is not there). Each lane's arithmetic is its own: a problem's run does not
-depend on the batch it is in. One problem alone runs in the same loop compiled for one lane (`_run_one`: no loop
-over lanes is left, so no loop overhead), to the same digits; a batch costs about as much per step for four problems
-as for sixteen (the loops' overhead), then grows in proportion; a batch of more than BLOCK problems runs in blocks
-side by side on threads (`_each_block`, ``setup()``'s ``loop_threads``). It keeps the products W z_i, not W: the
-gradient sum_i a_i z_i^T moves W in the span of the queries, so a step updates W z_i in n^2 d operations (n d^2 for
-W itself), and W is formed only at the recorded steps. It covers the W parameterization with a linear or ReLU head
-and any loss of `model.LOSSES` (`_kq_loop` runs (K, Q) on its gradient and step, `_mirror` mirror and sign descent
-on its gradient); `train.gd` uses it on the CPU where it applies and the torch loop everywhere else. The two agree
-to round-off step by step (tests/lib); over thousands of steps a run can amplify round-off, as it would a change of
-BLAS.
+logarithms (some seventy per step and problem) go to glibc's vector math library, libmvec, four entries a call (of
+four lanes, or for one problem alone of four sequences; entry by entry where libmvec is not there). Each lane's
+arithmetic is its own: a problem's run does not depend on the batch it is in. One problem alone runs in the same
+loop compiled for one lane (`_run_one`: no loop over lanes is left, so no loop overhead), to the same digits; a
+batch costs about as much per step for four problems as for sixteen (the loops' overhead), then grows in proportion;
+a batch of more than BLOCK problems runs in blocks side by side on threads (`_each_block`, ``setup()``'s
+``loop_threads``). It keeps the products W z_i, not W: the gradient sum_i a_i z_i^T moves W in the span of the
+queries, so a step updates W z_i in n^2 d operations (n d^2 for W itself), and W is formed only at the recorded
+steps. It covers the W parameterization with a linear or ReLU head and any loss of `model.LOSSES` (`_kq_loop` runs
+(K, Q) on its gradient and step, `_mirror` mirror and sign descent on its gradient); `train.gd` uses it on the CPU
+where it applies and the torch loop everywhere else. The two agree to round-off step by step (tests/lib); over
+thousands of steps a run can amplify round-off, as it would a change of BLAS.
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ LIBMVEC = _load_libmvec()
 
 
 def _in_place(name: str, scalar):
-    """A compiled f(a, index, size=the row's length) that replaces each of the first `size` entries of the row
-    a[index] (the leading indices of a C-contiguous float64 array) by its `name`: libmvec's routine, LANES
+    """A compiled f(a, index, size=the row's length) that replaces each of the `size` entries from the start of the
+    row a[index] on (the leading indices of a C-contiguous float64 array; a size past the row's length runs on
+    through the rows after it) by its `name`: libmvec's routine, LANES
     entries a call (the last ones padded to a vector), where it is loaded, else `scalar` entry by entry (both
     within two ulps of numpy's, tests/lib). An entry's value does not depend on the entries beside it. The row
     is addressed, not sliced: in these loops a view costs more than a row's arithmetic."""
@@ -183,7 +184,8 @@ def _vector_tail(builder, routine, first, start, count, vector, intp) -> None:
 _exp, _log, _log1p = _in_place("exp", math.exp), _in_place("log", math.log), _in_place("log1p", math.log1p)
 # Rows of the per-lane buffer `lanes` (L entries each).
 TOP, TOTAL, SECOND, E_SECOND, SCALE, U_TOP, TOP_SUM = range(7)
-GRADIENT_ROWS = 7  # the rows of the per-lane buffer of `_gradient` and `_sequence`
+GRADIENT_ROWS = 7  # the rows of the buffer `lanes` of `_gradient`: n L entries each (sequence i, lane b at i L + b),
+# of which a step uses the first L (one per lane)
 NORM, FACTOR = TOTAL, SECOND  # in the step
 
 
@@ -200,57 +202,68 @@ def _logits(i, X, WZ, g, L):
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _softmax(i, g, s, lanes, L):
-    """From the logits g[i] on every lane: the softmax s[i]; in `lanes` the top token (its first largest logit),
-    the largest logit off it once shifted to 0 at the top token (SECOND) and its exponential, the sum of the
-    exponentials (TOTAL); in g[i] the ratios s_t / e^{second}, 0 at the top token."""
-    T = g.shape[1]
-    for b in range(L):
-        lanes[TOP, b], lanes[SECOND, b], lanes[TOTAL, b] = 0.0, -np.inf, 0.0  # SECOND: the largest logit, first
-    for t in range(T):
-        for b in range(L):
-            lanes[TOP, b] = t if g[i, t, b] > lanes[SECOND, b] else lanes[TOP, b]
-            lanes[SECOND, b] = max(lanes[SECOND, b], g[i, t, b])
-    for t in range(T):
-        for b in range(L):
-            g[i, t, b] -= lanes[SECOND, b]
-            s[i, t, b] = g[i, t, b]
-    _exp(s, (i, 0), T * L)  # the row s[i] of T L entries
-    for t in range(T):
-        for b in range(L):
-            lanes[TOTAL, b] += s[i, t, b]
-    for b in range(L):
-        lanes[SECOND, b] = -np.inf
-    for t in range(T):
-        for b in range(L):
-            lanes[SECOND, b] = lanes[SECOND, b] if t == lanes[TOP, b] else max(lanes[SECOND, b], g[i, t, b])
-    tiny = False
-    for b in range(L):
-        lanes[E_SECOND, b] = lanes[SECOND, b]
-    _exp(lanes, (E_SECOND,), L)
-    for b in range(L):
-        tiny |= lanes[E_SECOND, b] < _TINY
-        lanes[SCALE, b] = 1.0 / lanes[E_SECOND, b]
-    if tiny:  # some lane's ratio needs e^{g - second}: there a quotient by e^{second} would lose digits
+def _softmax(g, s, lanes, L):
+    """From the logits g (n, T, L) of every sequence i on every lane b: the softmax s; at entry i L + b of the rows
+    of `lanes`, the top token (its first largest logit), the largest logit off it once shifted to 0 at the top
+    token (SECOND) and its exponential, the sum of the exponentials (TOTAL); in g the ratios s_t / e^{second}, 0
+    at the top token. Each exponential and logarithm runs over every sequence at once (a call of libmvec per four
+    entries, not per sequence: one problem alone has one lane)."""
+    n, T = g.shape[:2]
+    for i in range(n):
+        for b in range(L):  # SECOND: the largest logit, first
+            lanes[TOP, i * L + b], lanes[SECOND, i * L + b], lanes[TOTAL, i * L + b] = 0.0, -np.inf, 0.0
         for t in range(T):
-            for b in range(L):  # e^0 at the top token: libmvec takes a slow path for e^{-inf}
-                g[i, t, b] = 0.0 if t == lanes[TOP, b] else g[i, t, b] - lanes[SECOND, b]
-        _exp(g, (i, 0), T * L)
-    for t in range(T):
-        for b in range(L):  # both sides computed, then chosen: a load under a condition does not vectorize
-            quotient = s[i, t, b] * lanes[SCALE, b]
-            exact = lanes[E_SECOND, b] >= _TINY
-            g[i, t, b] = 0.0 if t == lanes[TOP, b] else (quotient if exact else g[i, t, b])
-    for b in range(L):
-        lanes[SCALE, b] = 1.0 / lanes[TOTAL, b]
-    for t in range(T):
+            for b in range(L):
+                j = i * L + b
+                lanes[TOP, j] = t if g[i, t, b] > lanes[SECOND, j] else lanes[TOP, j]
+                lanes[SECOND, j] = max(lanes[SECOND, j], g[i, t, b])
+        for t in range(T):
+            for b in range(L):
+                g[i, t, b] -= lanes[SECOND, i * L + b]
+                s[i, t, b] = g[i, t, b]
+    _exp(s, (0, 0), n * T * L)  # every row of s
+    for i in range(n):
+        for t in range(T):
+            for b in range(L):
+                lanes[TOTAL, i * L + b] += s[i, t, b]
         for b in range(L):
-            s[i, t, b] *= lanes[SCALE, b]
+            lanes[SECOND, i * L + b] = -np.inf
+        for t in range(T):
+            for b in range(L):
+                j = i * L + b
+                lanes[SECOND, j] = lanes[SECOND, j] if t == lanes[TOP, j] else max(lanes[SECOND, j], g[i, t, b])
+    tiny = False
+    for j in range(n * L):
+        lanes[E_SECOND, j] = lanes[SECOND, j]
+    _exp(lanes, (E_SECOND,), n * L)
+    for j in range(n * L):
+        tiny |= lanes[E_SECOND, j] < _TINY
+        lanes[SCALE, j] = 1.0 / lanes[E_SECOND, j]
+    if tiny:  # some ratio needs e^{g - second}: there a quotient by e^{second} would lose digits
+        for i in range(n):
+            for t in range(T):
+                for b in range(L):  # e^0 at the top token: libmvec takes a slow path for e^{-inf}
+                    j = i * L + b
+                    g[i, t, b] = 0.0 if t == lanes[TOP, j] else g[i, t, b] - lanes[SECOND, j]
+        _exp(g, (0, 0), n * T * L)
+    for i in range(n):
+        for t in range(T):
+            for b in range(L):  # both sides computed, then chosen: a load under a condition does not vectorize
+                j = i * L + b
+                quotient = s[i, t, b] * lanes[SCALE, j]
+                exact = lanes[E_SECOND, j] >= _TINY
+                g[i, t, b] = 0.0 if t == lanes[TOP, j] else (quotient if exact else g[i, t, b])
+    for j in range(n * L):
+        lanes[SCALE, j] = 1.0 / lanes[TOTAL, j]
+    for i in range(n):
+        for t in range(T):
+            for b in range(L):
+                s[i, t, b] *= lanes[SCALE, i * L + b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _head(i, s, U, XV, u, outputs, hidden, L):
-    """The head's output f_i on every lane into outputs[i] and, in u, the token values: U[i] for the linear
+    """The head's output f_i on every lane into outputs[i] and, in u[i], the token values: U[i] for the linear
     head; for the ReLU head (XV[i, t] = x_it^T V) u_t = x_it^T V slope, the slope of the ReLU at
     a^T V = sum_t s_t XV[i, t]."""
     T, k = XV.shape[1], XV.shape[2]
@@ -259,8 +272,8 @@ def _head(i, s, U, XV, u, outputs, hidden, L):
     if not k:
         for t in range(T):
             for b in range(L):
-                u[t, b] = U[i, t, b]
-                outputs[i, b] += s[i, t, b] * u[t, b]
+                u[i, t, b] = U[i, t, b]
+                outputs[i, b] += s[i, t, b] * u[i, t, b]
         return
     for c in range(k):
         for b in range(L):
@@ -273,55 +286,66 @@ def _head(i, s, U, XV, u, outputs, hidden, L):
             hidden[c, b] = 1.0 if hidden[c, b] > 0 else 0.0
     for t in range(T):
         for b in range(L):
-            u[t, b] = 0.0
+            u[i, t, b] = 0.0
         for c in range(k):
             for b in range(L):
-                u[t, b] += hidden[c, b] * XV[i, t, c, b]
+                u[i, t, b] += hidden[c, b] * XV[i, t, c, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _log_slope(loss, i, Y, outputs, weights, L):
-    """weights[i] = log(-l'(Y_i f_i)) on every lane, for the loss with code `loss` (as `model.LOSSES`)."""
-    for b in range(L):
-        margin = Y[i, b] * outputs[i, b]
-        weights[i, b] = -abs(margin) if loss == 0 else (-margin if loss == 1 else 0.0)
+def _log_slopes(loss, Y, outputs, weights, L):
+    """weights[i] = log(-l'(Y_i f_i)) for every sequence on every lane, for the loss with code `loss` (as
+    `model.LOSSES`)."""
+    n = Y.shape[0]
+    for i in range(n):
+        for b in range(L):
+            margin = Y[i, b] * outputs[i, b]
+            weights[i, b] = -abs(margin) if loss == 0 else (-margin if loss == 1 else 0.0)
     if loss == 0:  # -log(1 + e^x) = -max(x, 0) - log(1 + e^{-|x|})
-        _exp(weights, (i,), L)
-        _log1p(weights, (i,), L)
-        for b in range(L):
-            weights[i, b] = -max(Y[i, b] * outputs[i, b], 0.0) - weights[i, b]
+        _exp(weights, (0,), n * L)
+        _log1p(weights, (0,), n * L)
+        for i in range(n):
+            for b in range(L):
+                weights[i, b] = -max(Y[i, b] * outputs[i, b], 0.0) - weights[i, b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
-def _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L):
-    """Sequence i on every lane, as `gradients.logit_gradient`: the softmax s[i], the logit gradient g[i] of
+def _sequences(X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L):
+    """Every sequence i on every lane, as `gradients.logit_gradient`: the softmax s[i], the logit gradient g[i] of
     order one, the output f_i into outputs[i] and the log weight log|dL/df_i| + L_i (without the 1/n) into
-    weights[i]."""
-    T = X.shape[1]
-    _logits(i, X, WZ, g, L)
-    _softmax(i, g, s, lanes, L)
-    _head(i, s, U, XV, u, outputs, hidden, L)
-    for b in range(L):
-        lanes[U_TOP, b], lanes[TOP_SUM, b] = 0.0, 0.0
-    for t in range(T):
+    weights[i]; u (n, T, L) holds the token values and `lanes` (rows of n L entries) the sequences' scalars."""
+    n, T = X.shape[:2]
+    for i in range(n):
+        _logits(i, X, WZ, g, L)
+    _softmax(g, s, lanes, L)
+    for i in range(n):
+        _head(i, s, U, XV, u, outputs, hidden, L)
         for b in range(L):
-            lanes[U_TOP, b] = u[t, b] if t == lanes[TOP, b] else lanes[U_TOP, b]
-    for t in range(T):
+            lanes[U_TOP, i * L + b], lanes[TOP_SUM, i * L + b] = 0.0, 0.0
+        for t in range(T):
+            for b in range(L):
+                j = i * L + b
+                lanes[U_TOP, j] = u[i, t, b] if t == lanes[TOP, j] else lanes[U_TOP, j]
+        for t in range(T):
+            for b in range(L):
+                j = i * L + b
+                lanes[TOP_SUM, j] += g[i, t, b] * (lanes[U_TOP, j] - u[i, t, b])
+    _log(lanes, (TOTAL,), n * L)
+    for j in range(n * L):
+        lanes[SECOND, j] -= lanes[TOTAL, j]  # L_i = second - log(total)
+        lanes[E_SECOND, j] = lanes[SECOND, j]
+    _exp(lanes, (E_SECOND,), n * L)
+    for i in range(n):
+        for t in range(T):
+            for b in range(L):
+                j = i * L + b
+                at_top = s[i, t, b] * lanes[TOP_SUM, j]
+                off_top = g[i, t, b] * (u[i, t, b] - lanes[U_TOP, j] + lanes[E_SECOND, j] * lanes[TOP_SUM, j])
+                g[i, t, b] = at_top if t == lanes[TOP, j] else off_top
+    _log_slopes(loss, Y, outputs, weights, L)
+    for i in range(n):
         for b in range(L):
-            lanes[TOP_SUM, b] += g[i, t, b] * (lanes[U_TOP, b] - u[t, b])
-    _log(lanes, (TOTAL,), L)
-    for b in range(L):
-        lanes[SECOND, b] -= lanes[TOTAL, b]  # L_i = second - log(total)
-        lanes[E_SECOND, b] = lanes[SECOND, b]
-    _exp(lanes, (E_SECOND,), L)
-    for t in range(T):
-        for b in range(L):
-            at_top = s[i, t, b] * lanes[TOP_SUM, b]
-            off_top = g[i, t, b] * (u[t, b] - lanes[U_TOP, b] + lanes[E_SECOND, b] * lanes[TOP_SUM, b])
-            g[i, t, b] = at_top if t == lanes[TOP, b] else off_top
-    _log_slope(loss, i, Y, outputs, weights, L)
-    for b in range(L):
-        weights[i, b] += lanes[SECOND, b]
+            weights[i, b] += lanes[SECOND, i * L + b]
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
@@ -329,8 +353,7 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
     """dL/dW = e^{log scale} sum_i A[i] z_i^T on every lane (as `gradients.weight_gradient`; A of order one):
     fills A and log_scale."""
     n, T, d = X.shape[:3]
-    for i in range(n):
-        _sequence(i, X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
+    _sequences(X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
     _relative_weights(Y, g, weights, log_scale, L)
     for i in range(n):
         for p in range(d):
@@ -344,7 +367,7 @@ def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hi
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _relative_weights(Y, g, weights, log_scale, L):
-    """From the log weights w_i of `_sequence` on every lane: log_scale = max_i w_i - log n, and the logit
+    """From the log weights w_i of `_sequences` on every lane: log_scale = max_i w_i - log n, and the logit
     gradients g[i] times -Y_i e^{w_i - max_j w_j} (order one: dL/dg_it = e^{log scale} g[i, t])."""
     n, T = g.shape[:2]
     for b in range(L):
@@ -355,7 +378,8 @@ def _relative_weights(Y, g, weights, log_scale, L):
     for i in range(n):
         for b in range(L):
             weights[i, b] -= log_scale[b]
-        _exp(weights, (i,), L)
+    _exp(weights, (0,), n * L)
+    for i in range(n):
         for t in range(T):
             for b in range(L):
                 g[i, t, b] *= -Y[i, b] * weights[i, b]
@@ -540,8 +564,8 @@ def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, 
     n, T, d = X.shape[:3]
     WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
     gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
-    outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((T, L)), np.empty((XV.shape[2], L))
-    log_scale, lanes = np.empty(L), np.empty((GRADIENT_ROWS, L))
+    outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((n, T, L)), np.empty((XV.shape[2], L))
+    log_scale, lanes = np.empty(L), np.empty((GRADIENT_ROWS, n * L))
     _row_products(Z, Z, gram, L)
     _row_products(Z, W0, WZ, L)
     r = 0

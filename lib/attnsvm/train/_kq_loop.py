@@ -53,8 +53,8 @@ def _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedul
     K, Q, G_K, G_Q = K0.copy(), Q0.copy(), np.empty((d, m, L)), np.empty((d, m, L))
     WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
     s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
-    u, hidden, log_scale = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L)
-    lanes = np.empty((GRADIENT_ROWS, L))
+    u, hidden, log_scale = np.empty((n, T, L)), np.empty((XV.shape[2], L)), np.empty(L)
+    lanes = np.empty((GRADIENT_ROWS, n * L))
     r = 0
     for k in range(record[-1] + 1):
         _products(Z, Q, QZ, L)  # QZ[i] = Q^T z_i

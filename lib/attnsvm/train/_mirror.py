@@ -367,8 +367,8 @@ def _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, 
         _signed_powers(Q0, theta_Q, p - 1.0)
     WZ, A, QZ, KA = np.empty((n, d, L)), np.empty((n, d, L)), np.empty((n, m, L)), np.empty((n, m, L))
     s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
-    u, hidden, log_scale = np.empty((T, L)), np.empty((XV.shape[2], L)), np.empty(L)
-    lanes = np.empty((GRADIENT_ROWS, L))
+    u, hidden, log_scale = np.empty((n, T, L)), np.empty((XV.shape[2], L)), np.empty(L)
+    lanes = np.empty((GRADIENT_ROWS, n * L))
     G_K, G_Q, W, scratch, buffer = np.empty((d, m, L)), np.empty((d, m, L)), np.empty((d, d, L)), \
         np.empty((d, m, L)), np.empty((3, L))
     r = 0

@@ -168,8 +168,8 @@ def _run(X, Y, Z, U, XV, W0, loss, first_order, record, Ws, probs, recorded_outp
     n, T, d, L = X.shape
     WZ, A, B, R = np.empty((n, d, L)), np.empty((n, d, L)), np.zeros((n, d, L)), np.empty((n, d, L))
     gram, s, g = np.empty((n, n, L)), np.empty((n, T, L)), np.empty((n, T, L))
-    outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((T, L)), np.empty((XV.shape[2], L))
-    log_scale, lanes = np.empty(L), np.empty((GRADIENT_ROWS, L))
+    outputs, weights, u, hidden = np.empty((n, L)), np.empty((n, L)), np.empty((n, T, L)), np.empty((XV.shape[2], L))
+    log_scale, lanes = np.empty(L), np.empty((GRADIENT_ROWS, n * L))
     log_gaps, best_slope, factor = np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
     a, c, excess, terms = np.empty((T, L)), np.empty((T, L)), np.empty((n, L)), np.empty((n, L))
     log_gap, rows = np.empty(L), np.empty((7, L))

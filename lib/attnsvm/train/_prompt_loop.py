@@ -7,7 +7,7 @@ tensor operations whose overhead sets its time; this loop takes the same step in
 docstring): every array ends in the lane axis, one problem per lane, blocks of up to BLOCK problems, float64, the
 exponentials and logarithms through libmvec (`_exp`, `_log`, `_log1p`), and each lane's arithmetic its own, so a
 problem's run does not depend on the batch it is in. The gradient is `_cpu_loop`'s sequence by sequence
-(`_sequence`, `_relative_weights`, with W z_i replaced by p), so `gradients.logit_gradient`'s factor for factor: the
+(`_sequences`, `_relative_weights`, with W z_i replaced by p), so `gradients.logit_gradient`'s factor for factor: the
 pairwise form, the ratios s_it / e^{L_i} (taken as e^{g_it - second} where e^{second} underflows), the top token's
 sum, the log-space scale e^{log scale} over the sequences. So it stays exact however far softmax saturates, as the
 torch loop's does. The step is the torch loop's (`train._descend` with `train._unit`): -lr g / ||g|| with g scaled
@@ -24,25 +24,26 @@ import torch
 
 from ..data import Problem
 from ._cpu_loop import (_FAST, GRADIENT_ROWS, LOSS_CODES, SCALE, _each_block, _exp, _lanes, _record_outputs,
-                        _relative_weights, _scaled_unit, _sequence)
+                        _relative_weights, _scaled_unit, _sequences)
 
 __all__: list[str] = []  # `train.gd_prompt` runs it
 
-# The per-lane buffer `lanes` holds `_cpu_loop`'s rows (GRADIENT_ROWS), then the step's NORM.
+# The buffer `lanes` holds `_cpu_loop`'s rows (GRADIENT_ROWS), then the step's NORM (of which the step uses the first
+# L entries).
 NORM = GRADIENT_ROWS
 
 
 @numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
 def _gradient(keys, Y, U, XV, WZ, p, loss, s, g, outputs, weights, G, log_scale, u, hidden, lanes):
     """dL/dp = e^{log scale} G on every lane, G = sum_i sum_t -Y_i e^{w_i - log scale} h_it k_it of order one,
-    with `_cpu_loop`'s exact sequence (`_sequence` on the logits k_it . p, WZ[i] = p) and weights: fills G (d, L)
+    with `_cpu_loop`'s exact sequences (`_sequences` on the logits k_it . p, WZ[i] = p) and weights: fills G (d, L)
     and log_scale. XV has no columns (the linear head)."""
     n, T, d, L = keys.shape
     for i in range(n):
         for q in range(d):
             for b in range(L):
                 WZ[i, q, b] = p[q, b]
-        _sequence(i, keys, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
+    _sequences(keys, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, L)
     _relative_weights(Y, g, weights, log_scale, L)
     for q in range(d):
         for b in range(L):
@@ -82,7 +83,8 @@ def _run(keys, Y, U, P0, loss, lr, normalized, record, Ps, probs, risks):
     n, T, d, L = keys.shape
     p, G, WZ, XV = P0.copy(), np.empty((d, L)), np.empty((n, d, L)), np.empty((n, T, 0, L))
     s, g, outputs, weights = np.empty((n, T, L)), np.empty((n, T, L)), np.empty((n, L)), np.empty((n, L))
-    u, hidden, log_scale, lanes = np.empty((T, L)), np.empty((0, L)), np.empty(L), np.empty((GRADIENT_ROWS + 1, L))
+    u, hidden, log_scale = np.empty((n, T, L)), np.empty((0, L)), np.empty(L)
+    lanes = np.empty((GRADIENT_ROWS + 1, n * L))
     r = 0
     for k in range(record[-1] + 1):
         _gradient(keys, Y, U, XV, WZ, p, loss, s, g, outputs, weights, G, log_scale, u, hidden, lanes)
