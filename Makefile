@@ -21,7 +21,7 @@ CORES := $(shell nproc 2>/dev/null || echo 2)
 DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="NORMALIZE_WHITESPACE ELLIPSIS"
 # `make test` runs its suites on every core (pytest-xdist): the notebooks one per worker with all their cells
 # (--dist loadfile: nbval runs a notebook's cells in order in one kernel), the browser checks of one page in one
-# worker (--dist loadgroup: tests/browser/conftest.py groups them by page, so each page is opened once).
+# worker (tests/browser/conftest.py schedules them by page, so each page is opened once).
 PYTEST := $(BIN)/python -m pytest -n $(CORES)
 NBVAL := $(PYTEST) --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
@@ -79,7 +79,7 @@ test: setup
 	$(DOCTEST) lib/attnsvm
 	$(NBVAL) book/
 	$(PYTEST) tests/test_student_edition.py
-	$(PYTEST) --dist loadgroup tests/browser tests/test_pdf.py
+	$(PYTEST) tests/browser tests/test_pdf.py
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, the pages executed first as for `make book`.
 pdf: setup sync
@@ -94,7 +94,7 @@ student: setup
 
 # Screenshots of every page of the built book at 1280 and 400 px, for a reviewer's eyes: _build/screenshots/.
 screenshots: setup
-	$(PYTEST) --dist loadgroup tests/browser/review_screenshots.py
+	$(PYTEST) tests/browser/review_screenshots.py
 
 # Speed: the library against a straightforward reference implementation, side by side (prints a table).
 bench: setup

@@ -6,6 +6,7 @@ Every page is opened once per session (`visit`) with every request recorded; req
 
 import functools
 import http.server
+import re
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -150,13 +151,26 @@ def settle(page, visit: Visit) -> None:
     visit.failures += [f"{request.url} (no answer within {REQUEST_TIMEOUT_MS} ms)" for request in visit.pending]
 
 
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`make test` runs `--dist loadgroup`) all the checks of one page run in one worker, which
-    opens the page once."""
-    for item in items:
-        name = item.callspec.params.get("name") if hasattr(item, "callspec") else None
-        if name is not None:
-            item.add_marker(pytest.mark.xdist_group(name))
+PAGE_PARAMETER = re.compile(r"\[([\w/]+)\]$")  # a test id ending in [page], e.g. [book/01_preliminaries]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`make test` runs this suite on every core) all the checks of one page run in one worker,
+    which opens the page once: pytest-xdist's scope scheduling, the scope of a test being the page it is
+    parametrized with (else the test alone). pytest-xdist's own --dist loadgroup no longer groups on pytest 9.2
+    (it renames node ids, which pytest now derives otherwise; pytest-xdist issue 1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByPage(LoadScopeScheduling):
+        _split_scope = staticmethod(page_scope)
+    return ByPage(config, log)
+
+
+def page_scope(nodeid: str) -> str:
+    """The page a test is parametrized with, else its own id."""
+    page = PAGE_PARAMETER.search(nodeid)
+    return page.group(1) if page else nodeid
 
 
 def pytest_sessionfinish(session, exitstatus):

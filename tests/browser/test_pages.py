@@ -9,6 +9,8 @@ import functools
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -167,3 +169,17 @@ def test_chapter_has_launch_buttons(name, visit):
         assert any(service in href and notebook in href for href in hrefs), (
             f"{name}.html has no {service} launch link to {notebook[1:]} (see launch_buttons and repository in "
             f"_config.yml)")
+
+
+def test_the_checks_of_a_page_share_one_worker():
+    """Under pytest-xdist every check of a page runs in one worker (tests/browser/conftest.py), which opens it once;
+    any other test is scheduled alone."""
+    from conftest import page_scope
+
+    other = "tests/browser/test_search.py::test_search_hits_link_to_sections_that_exist[1280px-Lipschitz]"
+    assert page_scope(other) == other
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider",
+                          "tests/browser/test_pages.py", "-k", "notation and (loads or offline or typeset)"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    workers = set(re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED", run.stdout))
+    assert run.returncode == 0 and len(workers) == 1, f"the checks of one page ran on {workers}: {run.stdout[-2000:]}"

@@ -1,0 +1,16 @@
+// On a phone a wide table of a cell tagged "table-cards" reads as cards, one per row (book.css): each cell shows
+// its column's title, which this copies from the table's header into the cell's data-label.
+(function () {
+  function label() {
+    document.querySelectorAll('.bd-article .tag_table-cards table').forEach(function (table) {
+      var titles = Array.from(table.querySelectorAll('thead th'), function (th) { return th.textContent.trim(); });
+      table.querySelectorAll('tbody tr').forEach(function (row) {
+        Array.from(row.children).forEach(function (cell, k) {
+          if (titles[k]) cell.setAttribute('data-label', titles[k]);
+        });
+      });
+      table.classList.add('attnsvm-cards');
+    });
+  }
+  document.addEventListener('DOMContentLoaded', label);
+})();
