@@ -227,6 +227,21 @@ def test_nothing_wider_than_the_column_without_a_scrollbar(name, visit, visit_ph
         assert page_width <= 1, f"{name}.html at {width} px: the page is {page_width} px wider than the window"
 
 
+CARD_TABLES = """() => [...document.querySelectorAll('.bd-article .tag_table-cards table')].map(table => ({
+    cards: table.classList.contains('attnsvm-cards'), wide: table.scrollWidth > table.clientWidth + 1,
+    unnamed: [...table.querySelectorAll('tbody td:not(:first-child)')].filter(cell => cell.textContent.trim()
+        && getComputedStyle(cell, '::before').content !== `"${cell.dataset.label}: "`).map(cell => cell.textContent)}))"""
+
+
+def test_card_tables_fit_a_phone_and_name_each_value(visit_phone):
+    """The status page's benchmark tables (cell tag table-cards) read as cards at 400 px: none scrolls sideways, and
+    every value is shown under its column's title."""
+    tables = visit_phone("book/status").page.evaluate(CARD_TABLES)
+    assert tables, "book/status.html has no table tagged table-cards"
+    for table in tables:
+        assert table["cards"] and not table["wide"] and not table["unnamed"], f"book/status.html at 400 px: {table}"
+
+
 @each_page
 def test_display_math_fits_the_column_at_1280_px(name, visit):
     wide = visit(name).page.evaluate("""() => [...document.querySelectorAll('.bd-article mjx-container[display="true"]')]
