@@ -179,7 +179,7 @@ def test_the_checks_of_a_page_share_one_worker():
     other = "tests/browser/test_search.py::test_search_hits_link_to_sections_that_exist[1280px-Lipschitz]"
     assert page_scope(other) == other
     run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider",
-                          "tests/browser/test_pages.py", "-k", "notation and (loads or offline or typeset)"],
+                          "tests/browser/test_pages.py", "-k", "course and (loads or offline or typeset)"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     workers = set(re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED", run.stdout))
     assert run.returncode == 0 and len(workers) == 1, f"the checks of one page ran on {workers}: {run.stdout[-2000:]}"
