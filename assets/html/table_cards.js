@@ -1,5 +1,6 @@
 // On a phone a wide table of a cell tagged "table-cards" reads as cards, one per row (book.css): each cell shows
-// its column's title, which this copies from the table's header into the cell's data-label.
+// its column's title, which this copies from the table's header into the cell's data-label, and marks the cells
+// without text, which a card leaves out.
 (function () {
   function label() {
     document.querySelectorAll('.bd-article .tag_table-cards table').forEach(function (table) {
@@ -7,6 +8,7 @@
       table.querySelectorAll('tbody tr').forEach(function (row) {
         Array.from(row.children).forEach(function (cell, k) {
           if (titles[k]) cell.setAttribute('data-label', titles[k]);
+          if (!cell.textContent.trim()) cell.classList.add('attnsvm-empty');  // holds an empty paragraph
         });
       });
       table.classList.add('attnsvm-cards');

@@ -158,8 +158,10 @@ PAGE_PARAMETER = re.compile(r"\[([\w/]+)\]$")  # a test id ending in [page], e.g
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (`make test` runs this suite on every core) all the checks of one page run in one worker,
     which opens the page once: pytest-xdist's scope scheduling, the scope of a test being the page it is
-    parametrized with (else the test alone). pytest-xdist's own --dist loadgroup no longer groups on pytest 9.2
-    (it renames node ids, which pytest now derives otherwise; pytest-xdist issue 1386)."""
+    parametrized with (else the test alone), whatever --dist names. pytest-xdist's own --dist loadgroup no longer
+    groups on pytest 9.2 (it renames node ids, which pytest now derives otherwise; pytest-xdist issue 1386). It
+    applies where this file is loaded at the start, i.e. when pytest is given tests/browser or a file in it (as the
+    Makefile does), not to `pytest tests`."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByPage(LoadScopeScheduling):

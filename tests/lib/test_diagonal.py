@@ -58,6 +58,23 @@ def test_infeasible_diagonal_svm_raises():
         svm.diagonal_svm(bad, alpha, norm=1, nonnegative=True)
 
 
+def test_a_large_l1_solution_is_returned_while_its_euclidean_norm_is_below_max_norm():
+    """||w||_2 <= MAX_NORM < ||w||_1: the l1 diagonal Att-SVM returns w, as att_svm's rule (Euclidean norm) says;
+    it is reported infeasible only beyond (a reviewer's counterexample to an l1 test)."""
+    d = 4
+
+    def problem(gap):  # w = 1 / gap on every entry
+        X = np.full((d, 2, d), 0.5)
+        for i in range(d):
+            X[i, 0, i] += gap
+        return data.Problem(X, np.ones(d), np.ones((d, d)), np.ones(d))
+    for nonnegative in (False, True):  # ||w||_2 = 6.7e5, ||w||_1 = 1.3e6
+        w = svm.diagonal_svm(problem(3e-6), np.zeros(d, dtype=int), norm=1, nonnegative=nonnegative)
+        np.testing.assert_allclose(w, np.full(d, 1 / 3e-6), rtol=1e-6)
+    with pytest.raises(svm.InfeasibleSVM, match="or only one of norm > 1e"):  # ||w||_2 = 2e7
+        svm.diagonal_svm(problem(1e-7), np.zeros(d, dtype=int), norm=1)
+
+
 @pytest.mark.parametrize("loss", ["logistic", "exponential"])
 def test_diagonal_gd_gradients_match_autograd(loss):
     problem, _ = _problem(batch=2)

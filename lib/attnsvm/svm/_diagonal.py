@@ -75,7 +75,8 @@ def _norm(norm) -> int:
 
 def _nonnegative_l1(A: np.ndarray):
     """min sum(w) s.t. A w >= 1, w >= 0 by HiGHS (highspy: no modelling layer, no scipy wrapper, which took most
-    of the time of so small a program): w, or None where HiGHS certifies that no such w exists."""
+    of the time of so small a program): w, or None where HiGHS certifies that no such w exists or where its
+    Euclidean norm exceeds MAX_NORM (numerically infeasible, the rule of att_svm)."""
     import highspy
 
     k, d = A.shape
@@ -100,7 +101,7 @@ def _nonnegative_l1(A: np.ndarray):
         raise SolverError(f"HiGHS stopped with status {solver.modelStatusToString(status)} on the l1 diagonal "
                           f"Att-SVM")
     w = np.maximum(np.array(solver.getSolution().col_value), 0.0)
-    return None if np.abs(w).sum() > MAX_NORM else w
+    return None if np.linalg.norm(w) > MAX_NORM else w  # numerically infeasible, as att_svm's rule
 
 
 def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegative: bool = False) -> np.ndarray:
@@ -169,5 +170,5 @@ def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegati
         solutions.append(w)
     _raise_infeasible(solutions, batch, "the diagonal Att-SVM" + (" with w >= 0" if nonnegative else ""),
                       "no diagonal W" + (" with non-negative entries" if nonnegative else "") + " separates the "
-                      "selected tokens alpha from the others with margin 1")
+                      f"selected tokens alpha from the others with margin 1 (or only one of norm > {MAX_NORM:g})")
     return np.array(solutions).reshape(batch + (d,))

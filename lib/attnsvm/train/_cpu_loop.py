@@ -182,7 +182,7 @@ def _vector_tail(builder, routine, first, start, count, vector, intp) -> None:
 
 
 _exp, _log, _log1p = _in_place("exp", math.exp), _in_place("log", math.log), _in_place("log1p", math.log1p)
-# Rows of the per-lane buffer `lanes` (L entries each).
+# Rows of the buffer `lanes` (see GRADIENT_ROWS).
 TOP, TOTAL, SECOND, E_SECOND, SCALE, U_TOP, TOP_SUM = range(7)
 GRADIENT_ROWS = 7  # the rows of the buffer `lanes` of `_gradient`: n L entries each (sequence i, lane b at i L + b),
 # of which a step uses the first L (one per lane)

@@ -70,7 +70,7 @@ def _step(p, G, log_scale, lr, normalized, lanes):
     else:
         for b in range(L):
             lanes[SCALE, b] = log_scale[b]
-        _exp(lanes, (SCALE,))
+        _exp(lanes, (SCALE,), L)
         for q in range(d):
             for b in range(L):
                 p[q, b] -= lr * (lanes[SCALE, b] * G[q, b])
