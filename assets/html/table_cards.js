@@ -8,11 +8,14 @@
       table.querySelectorAll('tbody tr').forEach(function (row) {
         Array.from(row.children).forEach(function (cell, k) {
           if (titles[k]) cell.setAttribute('data-label', titles[k]);
-          if (!cell.textContent.trim()) cell.classList.add('attnsvm-empty');  // holds an empty paragraph
+          if (!cell.textContent.trim() && !cell.querySelector('img, svg, picture, video, canvas, mjx-container')) {
+            cell.classList.add('attnsvm-empty');  // e.g. an empty paragraph: not CSS's :empty
+          }
         });
       });
       table.classList.add('attnsvm-cards');
     });
   }
-  document.addEventListener('DOMContentLoaded', label);
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', label);
+  else label();
 })();

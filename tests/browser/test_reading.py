@@ -17,7 +17,7 @@ import pytest
 
 from attnsvm.book import plots
 
-from test_pages import PAGES
+from test_pages import PAGES, ROOT
 
 each_page = pytest.mark.parametrize("name", PAGES)
 MIN_TEXT_PX = 9
@@ -267,6 +267,22 @@ def test_code_lines_fit_the_column_at_1280_px(name, visit):
         return wide;
     }""")
     assert not wide, f"{name}.html: code lines that run past the cell edge at 1280 px (break them): {wide}"
+
+
+def test_card_tables_leave_out_empty_cells_only(browser):
+    """On a phone, table_cards.js and book.css hide a card's cell without text (an empty paragraph, whitespace) and
+    keep one with text or only an image, each under its column's title."""
+    page = browser.new_page(viewport={"width": 400, "height": 600})
+    page.set_content('<div class="bd-article"><div class="cell tag_table-cards"><table><thead><tr><th>case</th>'
+                     '<th>value</th><th>note</th><th>picture</th></tr></thead><tbody><tr><td><p>a</p></td>'
+                     '<td><p>1</p></td><td><p></p></td><td><img alt="" src="data:,"></td></tr>'
+                     '<tr><td>b</td><td> </td><td>n</td><td></td></tr></tbody></table></div></div>')
+    page.add_style_tag(path=str(ROOT / "assets" / "html" / "book.css"))
+    page.add_script_tag(path=str(ROOT / "assets" / "html" / "table_cards.js"))
+    shown = page.evaluate("""() => [...document.querySelectorAll('tbody tr')].map(row => [...row.children].map(cell =>
+        getComputedStyle(cell).display === 'none' ? null : getComputedStyle(cell, '::before').content))""")
+    page.close()
+    assert shown == [["none", '"value: "', None, '"picture: "'], ["none", None, '"note: "', None]], shown
 
 
 def test_overflow_check_catches_clipped_math(browser):

@@ -71,7 +71,7 @@ def test_a_large_l1_solution_is_returned_while_its_euclidean_norm_is_below_max_n
     for nonnegative in (False, True):  # ||w||_2 = 6.7e5, ||w||_1 = 1.3e6
         w = svm.diagonal_svm(problem(3e-6), np.zeros(d, dtype=int), norm=1, nonnegative=nonnegative)
         np.testing.assert_allclose(w, np.full(d, 1 / 3e-6), rtol=1e-6)
-    with pytest.raises(svm.InfeasibleSVM, match="or only one of norm > 1e"):  # ||w||_2 = 2e7
+    with pytest.raises(svm.InfeasibleSVM, match=r"or only ones with \|\|w\|\|_1 > 1e"):  # ||w||_2 = 2e7
         svm.diagonal_svm(problem(1e-7), np.zeros(d, dtype=int), norm=1)
 
 

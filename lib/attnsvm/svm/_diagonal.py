@@ -170,5 +170,5 @@ def diagonal_svm(problem: Problem, alpha: ArrayLike, norm: int = 2, *, nonnegati
         solutions.append(w)
     _raise_infeasible(solutions, batch, "the diagonal Att-SVM" + (" with w >= 0" if nonnegative else ""),
                       "no diagonal W" + (" with non-negative entries" if nonnegative else "") + " separates the "
-                      f"selected tokens alpha from the others with margin 1 (or only one of norm > {MAX_NORM:g})")
+                      f"selected tokens alpha from the others with margin 1 (or only ones with ||w||_{norm} > {MAX_NORM:g})")
     return np.array(solutions).reshape(batch + (d,))
