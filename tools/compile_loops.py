@@ -17,8 +17,10 @@ import torch
 from attnsvm import causal, data, heads, train
 
 
-# Two groups of about equal compile time (cold, seconds: W 40, ReLU head 0.3, mirror 82, next-token 6, flow 22;
-# (K, Q) 64, Polyak 22, prompt 12, diagonal 8, causal 6); the W loop's two heads in one group, as one function.
+# Two groups of about equal compile time (cold, both groups at once on 2 cores, seconds: W 30, ReLU head 0.4, mirror
+# 28, next-token 7, flow 21; (K, Q) 37, Polyak 8, prompt 15, diagonal 8, causal 8); the W loop's two heads in one
+# group, as one function. The gradient that W, (K, Q), mirror descent and Polyak steps share (`_cpu_loop._gradient`)
+# is compiled in each group, by its first loop.
 GROUPS = (("gd on W", "gd on W, ReLU head", "mirror descent", "ntp_gd", "gradient_flow"),
           ("gd on (K, Q)", "Polyak steps", "gd_prompt", "diagonal_gd", "causal.gd"))
 

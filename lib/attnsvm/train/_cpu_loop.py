@@ -348,7 +348,12 @@ def _sequences(X, Y, U, XV, WZ, loss, s, g, outputs, weights, u, hidden, lanes, 
             weights[i, b] += lanes[SECOND, i * L + b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+# `_gradient` (once a step) and the loops' `_body` (once a run) are called, not inlined: Numba inlines a function by
+# deep-copying its IR with its whole variable scope for each of its blocks, a compile time quadratic in its size
+# (with them inlined the loops took three times as long to compile), and their calls cost little (one problem alone:
+# within the machine's noise, a few percent). A call with the
+# literal L = 1 (`_run_one`) compiles its own specialization, for one lane. The small functions stay inlined.
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _gradient(X, Y, U, XV, WZ, loss, s, g, outputs, weights, A, log_scale, u, hidden, lanes, L):
     """dL/dW = e^{log scale} sum_i A[i] z_i^T on every lane (as `gradients.weight_gradient`; A of order one):
     fills A and log_scale."""
@@ -556,7 +561,7 @@ def _record_outputs(r, loss, Y, outputs, s, probs, risks, L):
         risks[r, b] = risk / n
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _body(X, Y, Z, U, XV, W0, loss, lr, normalized, eps, sqrt_schedule, record, Ws, probs, risks, L):
     """Every lane's run to step record[-1] (step k at lr / sqrt(k + 1) where `sqrt_schedule`), lanes last (X
     (n, T, d, L), Z (n, d, L), W0 (d, d, L), ...); the iterates at the steps `record` go to Ws (records, L, d, d),

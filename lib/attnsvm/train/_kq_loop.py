@@ -44,7 +44,7 @@ def _move(P, G, log_scale, lr, normalized, eps, lanes, L):
                 P[a, c, b] -= lanes[FACTOR, b] * G[a, c, b]
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _body(X, Y, Z, U, XV, K0, Q0, loss, lr, normalized, eps, ridge, sqrt_schedule, record, Ks, Qs, probs, risks, L):
     """Every lane's run to step record[-1] from (K0, Q0) (d, m, L), lanes last as `_cpu_loop._body`; the iterates
     at the steps `record` go to Ks and Qs (records, L, d, m), probs and risks."""

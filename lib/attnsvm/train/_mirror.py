@@ -352,7 +352,7 @@ def _update(theta, w, G, p, lr, log_scale, log_eps, buffer, scratch, L):
     _signed_powers(theta, w, 1.0 / (p - 1.0))
 
 
-@numba.njit(cache=True, fastmath=_FAST, error_model="numpy", inline="always")
+@numba.njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _body(X, Y, Z, U, XV, K0, Q0, log_eps, kq, loss, lr, p, record, Ws, Ks, Qs, probs, f, L):
     """Every lane's run (lanes last: X (n, T, d, L), K0 (d, m, L), ...) of mirror descent with exponent p, or of
     sign descent for p = 0, on W = K0 or, where kq, on (K, Q) from (K0, Q0), with the gradient of
