@@ -68,17 +68,22 @@ book: setup sync
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
 
-# `make test` builds the PDF and the HTML (single processes) while the loops compile (two processes), since
-# neither needs the other; the suites then run on every core.
+# `make test` builds the PDF and the HTML (one process after the other, in the background, their output in
+# BUILD_LOG) while the loops compile (two processes) and then the suites that do not read the built book run on
+# every core (the files with the longest tests first, so that none is left running alone at the end); the browser
+# checks, which read the book, run once it is built (its log printed whole if it failed).
+BUILD_LOG := _build/build.log
 test: setup
-	$(BIN)/python tools/compile_loops.py & compiling=$$!; \
-	{ $(PDF_IF_XELATEX); } && $(JB_BUILD); built=$$?; \
-	wait $$compiling && [ $$built -eq 0 ]
-	$(PYTEST) tests/lib tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py tests/test_markdown_math.py \
-	  tests/test_provenance.py tests/test_notation.py tests/test_repository.py tests/test_captions.py
-	$(DOCTEST) lib/attnsvm
-	$(NBVAL) book/
-	$(PYTEST) tests/test_student_edition.py
+	mkdir -p _build; { { $(PDF_IF_XELATEX); } && $(JB_BUILD); } >$(BUILD_LOG) 2>&1 & building=$$!; \
+	$(BIN)/python tools/compile_loops.py \
+	&& $(PYTEST) tests/test_repository.py tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py \
+	  tests/test_markdown_math.py tests/test_provenance.py tests/test_notation.py tests/test_captions.py tests/lib \
+	&& $(DOCTEST) lib/attnsvm \
+	&& $(NBVAL) book/ \
+	&& $(PYTEST) tests/test_student_edition.py; tested=$$?; \
+	wait $$building; built=$$?; \
+	if [ $$built -eq 0 ]; then grep -E "xelatex not found|build succeeded" $(BUILD_LOG); else cat $(BUILD_LOG); echo "building the book failed (above)"; fi; \
+	[ $$tested -eq 0 ] && [ $$built -eq 0 ]
 	$(PYTEST) tests/browser tests/test_pdf.py
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, the pages executed first as for `make book`.
