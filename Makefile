@@ -25,7 +25,7 @@ DOCTEST := $(BIN)/python -m pytest -q --doctest-modules -o doctest_optionflags="
 PYTEST := $(BIN)/python -m pytest -n $(CORES)
 NBVAL := $(PYTEST) --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test notebooks sync student pdf screenshots bench e51-seeds faults clean
+.PHONY: setup book test render notebooks sync student pdf screenshots bench e51-seeds faults clean
 
 setup: $(INSTALLED) $(VENDOR)
 
@@ -68,13 +68,15 @@ book: setup sync
 	$(JB_BUILD)
 	@echo "The book is at _build/html/index.html"
 
-# `make test` builds the PDF and the HTML (one process after the other, in the background, their output in
-# BUILD_LOG) while the loops compile (two processes) and then the suites that do not read the built book run on
-# every core (the files with the longest tests first, so that none is left running alone at the end); the browser
-# checks, which read the book, run once it is built (its log printed whole if it failed).
+# `make test` builds the PDF and the HTML (`render`: one after the other, in the background, in a process
+# group of their own that an interrupt stops, their output in BUILD_LOG) while the loops compile and then the suites
+# that do not read the built book run (on every core, but the doctests; the files with the longest tests first, so
+# that none is left running alone at the end); the browser checks, which read the book, run once it is built (its
+# log printed whole if it failed).
 BUILD_LOG := _build/build.log
 test: setup
-	mkdir -p _build; { { $(PDF_IF_XELATEX); } && $(JB_BUILD); } >$(BUILD_LOG) 2>&1 & building=$$!; \
+	mkdir -p _build; setsid -w $(MAKE) --no-print-directory render >$(BUILD_LOG) 2>&1 & building=$$!; \
+	trap 'kill -TERM -$$building 2>/dev/null; exit 130' INT TERM; \
 	$(BIN)/python tools/compile_loops.py \
 	&& $(PYTEST) tests/test_repository.py tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py \
 	  tests/test_markdown_math.py tests/test_provenance.py tests/test_notation.py tests/test_captions.py tests/lib \
@@ -85,6 +87,11 @@ test: setup
 	if [ $$built -eq 0 ]; then grep -E "xelatex not found|build succeeded" $(BUILD_LOG); else cat $(BUILD_LOG); echo "building the book failed (above)"; fi; \
 	[ $$tested -eq 0 ] && [ $$built -eq 0 ]
 	$(PYTEST) tests/browser tests/test_pdf.py
+
+# The PDF (where XeLaTeX is installed), then the HTML, of the stored outputs (no page executed): `make test`'s build.
+render:
+	$(PDF_IF_XELATEX)
+	$(JB_BUILD)
 
 # The book as a PDF (_build/latex/book.pdf), through XeLaTeX, the pages executed first as for `make book`.
 pdf: setup sync

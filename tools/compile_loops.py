@@ -17,12 +17,12 @@ import torch
 from attnsvm import causal, data, heads, train
 
 
-# Two groups of about equal compile time (cold, both groups at once on 2 cores, seconds: W 30, ReLU head 0.4, mirror
-# 28, next-token 7, flow 21; (K, Q) 37, Polyak 8, prompt 15, diagonal 8, causal 8); the W loop's two heads in one
-# group, as one function. The gradient that W, (K, Q), mirror descent and Polyak steps share (`_cpu_loop._gradient`)
-# is compiled in each group, by its first loop.
-GROUPS = (("gd on W", "gd on W, ReLU head", "mirror descent", "ntp_gd", "gradient_flow"),
-          ("gd on (K, Q)", "Polyak steps", "gd_prompt", "diagonal_gd", "causal.gd"))
+# Two groups that share no compiled function (Numba's cache files take no lock): the loops that call the gradient
+# of `_cpu_loop` (`_gradient`: W with both heads, as one function, mirror descent, (K, Q), Polyak steps), and the
+# others. Cold, both groups at once on 2 cores, about 90 s and 60 s (seconds: W 30, mirror 28, (K, Q) 22,
+# Polyak 8; next-token 7, flow 21, prompt 15, diagonal 8, causal 8).
+GROUPS = (("gd on W", "gd on W, ReLU head", "mirror descent", "gd on (K, Q)", "Polyak steps"),
+          ("ntp_gd", "gradient_flow", "gd_prompt", "diagonal_gd", "causal.gd"))
 
 
 def compile_group(names: tuple) -> list[str]:
