@@ -84,7 +84,7 @@ test: setup
 	&& $(NBVAL) book/ \
 	&& $(PYTEST) tests/test_student_edition.py; tested=$$?; \
 	wait $$building; built=$$?; \
-	if [ $$built -eq 0 ]; then grep -E "xelatex not found|build succeeded" $(BUILD_LOG); else cat $(BUILD_LOG); echo "building the book failed (above)"; fi; \
+	if [ $$built -eq 0 ]; then grep -E "^xelatex not found|build succeeded" $(BUILD_LOG); else cat $(BUILD_LOG); echo "building the book failed (above)"; fi; \
 	[ $$tested -eq 0 ] && [ $$built -eq 0 ]
 	$(PYTEST) tests/browser tests/test_pdf.py
 
