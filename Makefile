@@ -74,9 +74,11 @@ book: setup sync
 # that none is left running alone at the end); the browser checks, which read the book, run once it is built (its
 # log printed whole if it failed).
 BUILD_LOG := _build/build.log
+# Through a variable: a recipe line that names $(MAKE) itself runs even under `make -n`.
+RENDER = $(MAKE) --no-print-directory render
 test: setup
-	mkdir -p _build; setsid -w $(MAKE) --no-print-directory render >$(BUILD_LOG) 2>&1 & building=$$!; \
-	trap 'kill -TERM -$$building 2>/dev/null; exit 130' INT TERM; \
+	mkdir -p _build; setsid -w $(RENDER) >$(BUILD_LOG) 2>&1 & building=$$!; \
+	trap 'kill -TERM -$$building 2>/dev/null; exit 130' INT HUP QUIT TERM; \
 	$(BIN)/python tools/compile_loops.py \
 	&& $(PYTEST) tests/test_repository.py tests/test_notebooks_sync.py tests/test_binder.py tests/test_course_kit.py \
 	  tests/test_markdown_math.py tests/test_provenance.py tests/test_notation.py tests/test_captions.py tests/lib \
@@ -88,8 +90,9 @@ test: setup
 	[ $$tested -eq 0 ] && [ $$built -eq 0 ]
 	$(PYTEST) tests/browser tests/test_pdf.py
 
-# The PDF (where XeLaTeX is installed), then the HTML, of the stored outputs (no page executed): `make test`'s build.
-render:
+# The PDF (where XeLaTeX is installed), then the HTML, of the stored outputs (no page executed): `make test`'s build
+# (not an entry point; `make book` executes stale pages first).
+render: setup
 	$(PDF_IF_XELATEX)
 	$(JB_BUILD)
 

@@ -19,8 +19,8 @@ from attnsvm import causal, data, heads, train
 
 # Two groups that share no compiled function (Numba's cache files take no lock): the loops that call the gradient
 # of `_cpu_loop` (`_gradient`: W with both heads, as one function, mirror descent, (K, Q), Polyak steps), and the
-# others. Cold, both groups at once on 2 cores, about 90 s and 60 s (seconds: W 30, mirror 28, (K, Q) 22,
-# Polyak 8; next-token 7, flow 21, prompt 15, diagonal 8, causal 8).
+# others. Cold, in `make test` beside the PDF build: about 130 s and 100 s (alone, one loop after another in one
+# process: W 30 s, then mirror descent 24 s and (K, Q) 22 s, which find the gradient compiled).
 GROUPS = (("gd on W", "gd on W, ReLU head", "mirror descent", "gd on (K, Q)", "Polyak steps"),
           ("ntp_gd", "gradient_flow", "gd_prompt", "diagonal_gd", "causal.gd"))
 
