@@ -630,7 +630,7 @@ def compiled_dual_exponent():
     """The compiled mirror-descent engine (`_update`, the step the chapters run) takes the dual exponent
     q = p / (p + 1) instead of p / (p - 1) (a sign slip): it normalizes the step in the wrong (quasi-)norm."""
     from attnsvm.train import _mirror as mirror
-    recompile(mirror, "_update", "q = p / (p - 1.0)", "q = p / (p + 1.0)", callers=("_run", "_run_one"))
+    recompile(mirror, "_update", "q = p / (p - 1.0)", "q = p / (p + 1.0)", callers=("_body", "_run", "_run_one"))
 
 
 @fault("08_mirror_descent",
@@ -640,7 +640,7 @@ def compiled_inverse_map():
     its inverse's: w = sign(theta) |theta|^(p - 1), not |theta|^(1/(p - 1)) (the same for p = 2 only)."""
     from attnsvm.train import _mirror as mirror
     recompile(mirror, "_update", "_signed_powers(theta, w, 1.0 / (p - 1.0))", "_signed_powers(theta, w, p - 1.0)",
-              callers=("_run", "_run_one"))
+              callers=("_body", "_run", "_run_one"))
 
 
 @fault("08_mirror_descent")
