@@ -26,7 +26,7 @@ _loop_threads: int | None = None  # setup(loop_threads=...); None: every core th
 
 def setup(seed: int = 0, threads: int = 1, loop_threads: int | None = None) -> None:
     """Set the book's numerics: float64 by default, ``threads`` threads for torch and for numpy's and scipy's BLAS,
-    ``loop_threads`` for the compiled training loops, every global seed set to ``seed``, and the book's plot style
+    ``loop_threads`` for the training loops' blocks, every global seed set to ``seed``, and the book's plot style
     (when matplotlib is installed).
 
     One thread by default: on 2 cores, 500 batched GD steps took 0.31 s with 1 thread and 0.20 s with 2 on an idle
@@ -35,7 +35,9 @@ def setup(seed: int = 0, threads: int = 1, loop_threads: int | None = None) -> N
     the best. The compiled loops (``train.gd`` and the other trainers on the CPU) are another matter: they cut a
     batch of more than 64 problems into blocks and run the blocks side by side, one thread each, and since each
     problem's arithmetic is its own and the blocks do not depend on the threads, a run is the same bit for bit on
-    any number of threads (tests/lib); by default they use every core the process may run on. Warns when a library
+    any number of threads (tests/lib); by default they use every core the process may run on. The torch loops
+    (``engine="torch"``, paper A's ``rule="official"``) run a batch of 256 problems or more in blocks the same way,
+    each block one tensor program, a thread each (torch's kernels release the GIL). Warns when a library
     does not run the pinned CPU code path (``codepaths.report()``), since the printed numbers may then differ from
     the book's in their last digits; ``environment()`` prints the versions a result was computed with. The
     experiments' parallel tasks set the same numerics themselves (``attnsvm.experiments``), in whatever process
@@ -48,7 +50,7 @@ def setup(seed: int = 0, threads: int = 1, loop_threads: int | None = None) -> N
     threads : int, default=1
         Threads for torch and the BLAS.
     loop_threads : int or None, default=None
-        Threads for the compiled loops' blocks; None: every core the process may run on.
+        Threads for the training loops' blocks; None: every core the process may run on.
 
     Raises
     ------

@@ -21,7 +21,8 @@ to round-off per step, several times faster. Over many steps deep in saturation 
 amplify round-off (in either engine, a change of W0 in its last digit grows), so there the two engines' whole
 trajectories agree only as two such perturbed runs do. The compiled loop's powers without a sqrt form (p = 1.75:
 7/3 and 4/3) are libmvec's vector pow, within an ulp of libm's. Under rule="official" the torch loop takes the
-gradient, the outputs and the attention from one forward pass (`_descent._autograd_gradient`). Numba's cache keys
+gradient, the outputs and the attention from one forward pass (`_descent._autograd_gradient`), and runs a batch of
+`_descent.SIDE_BY_SIDE` problems or more in blocks side by side (`_descent._side_by_side`). Numba's cache keys
 on this file only: after an edit of `_cpu_loop`, clear ``__pycache__`` (the tests that compare the two engines
 would fail on a stale loop).
 """
@@ -44,7 +45,7 @@ from . import _gradients as gradients
 from ._cpu_loop import (_FAST, GRADIENT_ROWS, LANES, LIBMVEC, LOSS_CODES, _each_block, _gradient, _lanes,
                         _largest_entries, _outer_sums, _products, _row_products)
 from ._descent import (ENGINES, OFFICIAL_EPS, RULES, Trajectory, _autograd_gradient, _blame, _finite_trajectory,
-                       _recorder)
+                       _part, _recorder, _side_by_side)
 from ._initial import PARAMS, initial_parameters
 
 __all__ = ["mirror_descent", "sign_descent", "dual_norm"]
@@ -184,27 +185,35 @@ def _train(problem: Problem, param: str, steps: int, lr: float, init, m, seed: i
     blame = _blame(f"lr={lr!r}", "init")
     if engine != "torch" and not unsupported:
         return _finite_trajectory(_compiled(problem, params, recorder.steps, lr, loss, update), blame)
-    values = _token_values(problem, problem.v)
-    ridge = OFFICIAL_EPS if official and param == "KQ" else 0.0
     with _overflow(f"{name}'s iterates", blame, "lower lr"):
-        state = update.start(params)
-        for k in range(steps + 1):
-            params = update.params(state)
-            W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
-            if official:
-                grads, f, probs = _autograd_gradient(problem, params, loss, None, ridge, values)
-                log_scale = torch.zeros(problem.batch_shape, dtype=torch.float64)
-            else:
-                G, log_scale, grad = gradients._weight_gradient(problem, W, loss, None, values)
-                probs, f = grad.probs, grad.outputs
-                grads = (G,) if param == "W" else (G @ params[1], G.transpose(-2, -1) @ params[0])
-            if recorder.wants(k):
-                factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
-                recorder.add(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors)
-            if k == steps:
-                break
-            state = update.step(state, grads, log_scale, lr)
+        _side_by_side(lambda block, recorder: _torch_loop(
+            _part(problem, block), _part(params, block), recorder, steps, lr, loss, official, update.part(block)),
+            problem, recorder)
     return _finite_trajectory(recorder.trajectory(), blame)
+
+
+def _torch_loop(problem: Problem, params: tuple, recorder, steps: int, lr: float, loss: str, official: bool,
+                update) -> None:
+    """`_train`'s torch loop, from `params` (W,) or (K, Q), recording into `recorder`."""
+    param, values = "W" if len(params) == 1 else "KQ", _token_values(problem, problem.v)
+    ridge = OFFICIAL_EPS if official and param == "KQ" else 0.0
+    state = update.start(params)
+    for k in range(steps + 1):
+        params = update.params(state)
+        W = params[0] if param == "W" else params[0] @ params[1].transpose(-2, -1)
+        if official:
+            grads, f, probs = _autograd_gradient(problem, params, loss, None, ridge, values)
+            log_scale = torch.zeros(problem.batch_shape, dtype=torch.float64)
+        else:
+            G, log_scale, grad = gradients._weight_gradient(problem, W, loss, None, values)
+            probs, f = grad.probs, grad.outputs
+            grads = (G,) if param == "W" else (G @ params[1], G.transpose(-2, -1) @ params[0])
+        if recorder.wants(k):
+            factors = {} if param == "W" else {"K": params[0], "Q": params[1]}
+            recorder.add(W=W, probs=probs, loss=_risk(LOSSES[loss], problem, f), **factors)
+        if k == steps:
+            return
+        state = update.step(state, grads, log_scale, lr)
 
 
 def _compiled(problem: Problem, params: tuple, record: list, lr: float, loss: str, update) -> Trajectory:
@@ -424,6 +433,10 @@ class _Mirror:
     def __init__(self, p: float, eps):
         self.p, self.eps, self.move = p, eps, _mirror_step(p, p / (p - 1.0), eps)
 
+    def part(self, block: slice | None) -> "_Mirror":
+        """The update of the problems ``block`` of the batch (None: all)."""
+        return self if block is None or self.eps is None else _Mirror(self.p, self.eps[block])
+
     def start(self, params):
         return tuple(_dual(w, self.p) for w in params)
 
@@ -436,6 +449,9 @@ class _Mirror:
 
 class _Sign:
     """State: the parameters themselves."""
+
+    def part(self, block: slice | None) -> "_Sign":
+        return self
 
     def start(self, params):
         return params
