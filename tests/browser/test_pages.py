@@ -171,15 +171,28 @@ def test_chapter_has_launch_buttons(name, visit):
             f"_config.yml)")
 
 
-def test_the_checks_of_a_page_share_one_worker():
+def test_the_checks_of_a_page_share_one_worker(tmp_path):
     """Under pytest-xdist every check of a page runs in one worker (tests/browser/conftest.py), which opens it once;
-    any other test is scheduled alone."""
+    any other test is scheduled alone. Checked on a suite of stand-ins under this suite's conftest (no browser:
+    the scheduling is the conftest's hook alone)."""
     from conftest import page_scope
 
     other = "tests/browser/test_search.py::test_search_hits_link_to_sections_that_exist[1280px-Lipschitz]"
     assert page_scope(other) == other
-    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider",
-                          "tests/browser/test_pages.py", "-k", "course and (loads or offline or typeset)"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    workers = set(re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED", run.stdout))
-    assert run.returncode == 0 and len(workers) == 1, f"the checks of one page ran on {workers}: {run.stdout[-2000:]}"
+    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_stand_ins.py").write_text(
+        "import time\n"
+        "import pytest\n"
+        "PAGES = ['book/a', 'book/b', 'api/c']\n"
+        "def _check(page):\n"
+        "    time.sleep(0.05)  # long enough that both workers take tests\n"
+        + "".join(f"@pytest.mark.parametrize('page', PAGES)\ndef test_{k}(page):\n    _check(page)\n"
+                  for k in range(4))
+        + "def test_alone():\n    pass\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    ran = re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED \S*::test_\d\[([\w/]+)\]", run.stdout)
+    workers = {page: {worker for worker, name in ran if name == page} for page in ("book/a", "book/b", "api/c")}
+    assert run.returncode == 0 and len(ran) == 12, run.stdout[-2000:]
+    assert all(len(used) == 1 for used in workers.values()), f"the checks of one page ran on {workers}"
+    assert len(set().union(*workers.values())) == 2, f"one worker took every page: {workers}"
