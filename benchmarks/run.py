@@ -225,25 +225,29 @@ def gd_floor() -> None:
 
 
 def loop_threads(repeats: int) -> None:
-    """A batch of the compiled loops on every core the process may use against one thread (``setup()``'s
-    ``loop_threads``): Chapter 8's 300 runs of mirror descent, p = 1.75, 500 steps; the same bits on both."""
+    """A batch of the training loops on every core the process may use against one thread (``setup()``'s
+    ``loop_threads``): Chapter 8's 300 runs of mirror descent, p = 1.75, 500 steps, in the compiled loop, and its
+    replay of the authors' rule on 500 problems (the torch loop, in blocks), 100 steps; the same bits on both."""
     from attnsvm import _session
-    problems = data.random_problem(6, 8, 10, seed=0, batch=300)
     attnsvm.setup(seed=0)
     cores = _session._threads_for_loops()  # every core the process may use
-    runs = {}
-    for threads in (1, cores):
-        attnsvm.setup(seed=0, loop_threads=threads)
-        train.mirror_descent(problems, p=1.75, steps=1, lr=0.1)
-        runs[threads] = timed(lambda: train.mirror_descent(problems, p=1.75, steps=500, lr=0.1, record_every=500),
-                              repeats)
-    attnsvm.setup(seed=0, loop_threads=1)
-    (one, W1), (many, Wn) = runs[1], runs[cores]
-    same = "same bits" if torch.equal(W1.W, Wn.W) else "DIFFERENT bits"
-    print(f"  compiled loops, batch 300: 1 thread {_seconds(one)}, {cores} threads {_seconds(many)} ({same})",
-          flush=True)
-    ROWS.append((f"mirror descent p = 1.75, batch 300, 500 steps, compiled, on {cores} threads", "-", "-",
-                 _seconds(many), "-", f"1 thread: {_seconds(one)}, {one / many:.2g}x", same))
+    cases = {"mirror descent p = 1.75, batch 300, 500 steps, compiled":
+             (data.random_problem(6, 8, 10, seed=0, batch=300), dict(steps=500)),
+             "the authors' mirror descent (rule=\"official\", torch loop), batch 500, 100 steps":
+             (data.random_problem(6, 8, 10, seed=0, batch=500), dict(steps=100, rule="official"))}
+    for name, (problems, options) in cases.items():
+        runs = {}
+        for threads in (1, cores):
+            attnsvm.setup(seed=0, loop_threads=threads)
+            train.mirror_descent(problems, p=1.75, lr=0.1, **{**options, "steps": 1})
+            runs[threads] = timed(lambda: train.mirror_descent(problems, p=1.75, lr=0.1, record_every=options["steps"],
+                                                               **options), repeats)
+        attnsvm.setup(seed=0, loop_threads=1)
+        (one, W1), (many, Wn) = runs[1], runs[cores]
+        same = "same bits" if torch.equal(W1.W, Wn.W) else "DIFFERENT bits"
+        print(f"  {name}: 1 thread {_seconds(one)}, {cores} threads {_seconds(many)} ({same})", flush=True)
+        ROWS.append((f"{name}, on {cores} threads", "-", "-", _seconds(many), "-",
+                     f"1 thread: {_seconds(one)}, {one / many:.2g}x", same))
 
 
 def one_problem(repeats: int) -> None:

@@ -19,7 +19,9 @@ def test_blocks_cover_the_batch_in_multiples_of_16(size):
         return
     assert len(blocks) % 2 == 0 and all(block.stop % 16 == 0 for block in blocks[:-1])
     lengths = [block.stop - block.start for block in blocks]
-    assert max(lengths) <= 256 + 16 and max(lengths) - min(lengths) <= 32
+    assert sum(lengths) / len(blocks) <= 256 and max(lengths) - min(lengths) <= 32  # about equal
+    fewest = -(-size // 256)  # blocks of 256 or fewer on average, an even number of them
+    assert len(blocks) == fewest + fewest % 2
 
 
 def _runs(problem, W0):
@@ -74,3 +76,36 @@ def test_a_per_problem_eps_follows_its_problem(batch, monkeypatch):
     alone = train.mirror_descent(problem[290:], p=3.0, steps=30, lr=0.1, init=W0[290:], eps=eps[290:],
                                  engine="torch", record_every=30).W[-1]
     torch.testing.assert_close(blocked[290:], alone, rtol=1e-10, atol=1e-12)
+
+
+def test_the_blocks_run_in_the_callers_grad_mode(batch, monkeypatch):
+    """gd runs without a graph (torch.no_grad); a new thread starts with grad mode on, so each block sets it."""
+    modes, loop = [], _descent._torch_loop
+
+    def spy(*args, **kwargs):
+        modes.append(torch.is_grad_enabled())
+        return loop(*args, **kwargs)
+    monkeypatch.setattr(_descent, "_torch_loop", spy)
+    train.gd(batch[0], steps=2, lr=0.1, init=batch[1], rule="official")
+    assert modes == [False, False]  # two blocks
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, ValueError])
+def test_an_interrupt_or_error_in_a_block_stops_the_others(error, monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt) or an error ends the call at once: the other blocks stop at their next step."""
+    import time
+
+    from attnsvm import _session
+    monkeypatch.setattr(_session, "_loop_threads", 2)
+    problem, steps, ran = data.random_problem(2, 3, 2, seed=0, batch=512), 5000, {}
+
+    def loop(block, recorder):
+        for k in range(steps):
+            if block.start == 0 and k == 20:
+                raise error
+            recorder.wants(k)
+            ran[block.start] = k
+            time.sleep(0.001)
+    with pytest.raises(error):
+        _descent._side_by_side(loop, problem, _descent._recorder(steps, steps, 1.0))
+    assert ran[0] == 19 and ran[256] < steps - 1  # the second block stopped early

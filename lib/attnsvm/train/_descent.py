@@ -4,8 +4,8 @@
 together; `regularization_path` (from `path`) follows the constrained minimizers. The gradients come from
 `gradients`, exact however far softmax saturates, so gradient descent never stalls on round-off. On the CPU, W
 and (K, Q) train in compiled loops (`compiled`, `_kq_loop`: the same steps, several times faster) wherever
-they apply, and so does p (`_prompt_loop`); elsewhere a CPU batch of SIDE_BY_SIDE problems or more runs in blocks
-side by side on threads (`_side_by_side`).
+they apply, and so does p (`_prompt_loop`); elsewhere `gd`'s torch loop (without a head) and the torch loops of
+mirror and sign descent run a CPU batch of SIDE_BY_SIDE problems or more in blocks side by side (`_side_by_side`).
 `gd(..., rule="official")` runs paper A's own update instead (autograd gradients divided by their norm
 plus machine epsilon, and an epsilon ridge on (K, Q)); on W it stalls once the gradient falls below epsilon,
 on (K, Q) the ridge stops the growth where its gradient balances the loss's (the loss gradient stays above
@@ -16,8 +16,8 @@ hover without growing.
 
 from __future__ import annotations
 
-import copy
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -133,12 +133,14 @@ class _Recorder:
 def _torch_blocks(size: int) -> list[slice]:
     """The problems 0, ..., size - 1 of a batch cut into the blocks that the torch loops run side by side: one
     block below SIDE_BY_SIDE problems (on smaller blocks the threads wait for the GIL more than a second core
-    gains: at 128 problems a step took longer in two blocks than in one), else an even number of blocks of at
-    most 256 problems, of about equal sizes, each but the last a multiple of 16. The blocks depend on the size
-    alone, never on the threads: a run is the same on any number of threads. Cut there, each problem also keeps
-    the arithmetic it has in the whole batch, as far as measured (tests/lib): ATen's elementwise kernels take 8
-    doubles a loop on the AVX2 path (16 on AVX-512) and the entries past the last whole group another code path,
-    and a cut at a multiple of 16 problems moves no problem's entries across that boundary."""
+    gains: at 128 problems a step took longer in two blocks than in one), else as few blocks as hold 256 problems
+    or fewer on average, an even number, of about equal sizes, each cut rounded to a multiple of 16 problems (a
+    block may then hold a few more than 256). The blocks depend on the size alone, never on the threads: a run is
+    the same on any number of threads. Cut there, each problem also keeps the arithmetic it has in the whole batch,
+    as far as measured (tests/lib), with torch on one thread (``setup()``'s; on more, torch splits a whole batch's
+    operations between its threads elsewhere): ATen's elementwise kernels take 8 doubles a loop on the AVX2 path
+    (16 on AVX-512) and the entries past the last whole group another code path, and a cut at a multiple of 16
+    problems moves no problem's entries across that boundary."""
     if size < SIDE_BY_SIDE:
         return [slice(0, size)]
     count = -(-size // 256)
@@ -147,17 +149,35 @@ def _torch_blocks(size: int) -> list[slice]:
     return [slice(start, end) for start, end in zip([0] + ends[:-1], ends)]
 
 
+class _Stopped(Exception):
+    """A block's loop stopped because another block failed or the caller was interrupted."""
+
+
+class _BlockRecorder(_Recorder):
+    """A `_Recorder` of one block of `_side_by_side`, which ends its loop (at its next step) once ``stop`` is set."""
+
+    def __init__(self, recorder: _Recorder, stop: threading.Event):
+        self.steps, self.rows, self.stop = recorder.steps, [], stop
+
+    def wants(self, k: int) -> bool:
+        if self.stop.is_set():
+            raise _Stopped
+        return super().wants(k)
+
+
 def _side_by_side(loop, problem: Problem, recorder: _Recorder) -> None:
     """``loop(block, recorder)``, a torch loop on the problems ``block`` (a slice of the batch, or None for all of
-    them) that records into ``recorder``: run on the `_torch_blocks` of a one-dimensional CPU batch side by
-    side on ``setup()``'s ``loop_threads`` threads (torch's kernels release the GIL), in the caller's grad
-    mode, the blocks' rows joined along the batch into ``recorder``; on the whole batch otherwise."""
+    them) that asks ``recorder.wants`` at every step: run on the `_torch_blocks` of a one-dimensional CPU batch
+    side by side on ``setup()``'s ``loop_threads`` threads (torch's kernels release the GIL), in the caller's
+    grad mode, the blocks' rows joined along the batch into ``recorder``; on the whole batch otherwise. An error
+    in a block, or an interrupt (Ctrl-C), stops the other blocks at their next step."""
     batch = problem.batch_shape
     blocks = _torch_blocks(batch[0]) if len(batch) == 1 and problem.X.device.type == "cpu" else []
     if len(blocks) < 2:
         loop(None, recorder)
         return
-    grad_mode, parts = torch.is_grad_enabled(), [copy.deepcopy(recorder) for _ in blocks]
+    grad_mode, stop = torch.is_grad_enabled(), threading.Event()
+    parts = [_BlockRecorder(recorder, stop) for _ in blocks]
 
     def run(block: slice, part: _Recorder) -> None:
         with torch.set_grad_enabled(grad_mode):  # the mode is the thread's own
@@ -168,7 +188,14 @@ def _side_by_side(loop, problem: Problem, recorder: _Recorder) -> None:
             run(block, part)
     else:
         with ThreadPoolExecutor(threads) as pool:  # a pool per call: safe in a forked child
-            list(pool.map(run, blocks, parts))
+            futures = [pool.submit(run, block, part) for block, part in zip(blocks, parts)]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                stop.set()  # the running blocks end at their next step, the waiting ones never start
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     recorder.rows = [{name: torch.cat([part.rows[r][name] for part in parts]) for name in row}
                      for r, row in enumerate(parts[0].rows)]
 
