@@ -80,6 +80,8 @@ def test_a_per_problem_eps_follows_its_problem(batch, monkeypatch):
 
 def test_the_blocks_run_in_the_callers_grad_mode(batch, monkeypatch):
     """gd runs without a graph (torch.no_grad); a new thread starts with grad mode on, so each block sets it."""
+    from attnsvm import _session
+    monkeypatch.setattr(_session, "_loop_threads", 2)  # the blocks in threads of their own
     modes, loop = [], _descent._torch_loop
 
     def spy(*args, **kwargs):
@@ -90,22 +92,29 @@ def test_the_blocks_run_in_the_callers_grad_mode(batch, monkeypatch):
     assert modes == [False, False]  # two blocks
 
 
+@pytest.mark.parametrize("failing", [0, 256])
 @pytest.mark.parametrize("error", [KeyboardInterrupt, ValueError])
-def test_an_interrupt_or_error_in_a_block_stops_the_others(error, monkeypatch):
-    """Ctrl-C (a KeyboardInterrupt) or an error ends the call at once: the other blocks stop at their next step."""
+def test_an_interrupt_or_error_in_a_block_stops_the_others(error, failing, monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt) or an error in any block ends the call at once: the other block stops at its
+    next step."""
+    import threading
     import time
 
     from attnsvm import _session
     monkeypatch.setattr(_session, "_loop_threads", 2)
-    problem, steps, ran = data.random_problem(2, 3, 2, seed=0, batch=512), 5000, {}
+    problem, steps, ran, started = data.random_problem(2, 3, 2, seed=0, batch=512), 5000, {}, threading.Event()
+    other = 256 - failing
 
     def loop(block, recorder):
         for k in range(steps):
-            if block.start == 0 and k == 20:
+            if block.start == failing and k == 20:
+                started.wait(60)  # the other block is running
                 raise error
             recorder.wants(k)
             ran[block.start] = k
+            if block.start == other:
+                started.set()
             time.sleep(0.001)
     with pytest.raises(error):
         _descent._side_by_side(loop, problem, _descent._recorder(steps, steps, 1.0))
-    assert ran[0] == 19 and ran[256] < steps - 1  # the second block stopped early
+    assert ran[failing] == 19 and ran[other] < steps - 1  # the other block stopped early

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,8 +137,8 @@ def _torch_blocks(size: int) -> list[slice]:
     or fewer on average, an even number, of about equal sizes, each cut rounded to a multiple of 16 problems (a
     block may then hold a few more than 256). The blocks depend on the size alone, never on the threads: a run is
     the same on any number of threads. Cut there, each problem also keeps the arithmetic it has in the whole batch,
-    as far as measured (tests/lib), with torch on one thread (``setup()``'s; on more, torch splits a whole batch's
-    operations between its threads elsewhere): ATen's elementwise kernels take 8 doubles a loop on the AVX2 path
+    as far as measured (tests/lib), with torch on one thread (``setup()``'s; on more, torch may split a large
+    operation of the whole batch between its threads elsewhere: in a test of 1001 problems one differed): ATen's elementwise kernels take 8 doubles a loop on the AVX2 path
     (16 on AVX-512) and the entries past the last whole group another code path, and a cut at a multiple of 16
     problems moves no problem's entries across that boundary."""
     if size < SIDE_BY_SIDE:
@@ -190,8 +190,10 @@ def _side_by_side(loop, problem: Problem, recorder: _Recorder) -> None:
         with ThreadPoolExecutor(threads) as pool:  # a pool per call: safe in a forked child
             futures = [pool.submit(run, block, part) for block, part in zip(blocks, parts)]
             try:
-                for future in futures:
-                    future.result()
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [future.exception() for future in futures if future in done and future.exception()]
+                if failed:
+                    raise failed[0]
             except BaseException:
                 stop.set()  # the running blocks end at their next step, the waiting ones never start
                 pool.shutdown(wait=False, cancel_futures=True)
