@@ -226,9 +226,9 @@ def gd_floor() -> None:
 
 def loop_threads(repeats: int) -> None:
     """A batch of the training loops on every core the process may use against one thread (``setup()``'s
-    ``loop_threads``): 300 runs of mirror descent, p = 1.75, 500 steps, in the compiled loop (as in Chapter 8), and
-    the authors' rule (the torch loop, in blocks) on 500 problems, as Chapter 8 replays it, 100 steps; the same
-    bits on both."""
+    ``loop_threads``): mirror descent, p = 1.75, on a batch of 300 problems as Chapter 8 runs it (there, 1500
+    steps), 500 steps in the compiled loop, and the authors' rule (the torch loop, in blocks) on 500 problems as
+    Chapter 8 replays it (there, 1500 steps), 100 steps; the same bits on both."""
     from attnsvm import _session
     attnsvm.setup(seed=0)
     cores = _session._threads_for_loops()  # every core the process may use

@@ -121,3 +121,11 @@ def test_a_page_is_stale_when_its_code_or_the_library_changes(tmp_path, monkeypa
     assert {page for page in before if changed[page] != before[page]} == {"09_rates", "status"}
     theory.write_text((ROOT / "lib/attnsvm/theory.py").read_text() + "\n")
     assert all(execute_pages.fingerprints()[page] != changed[page] for page in before)
+
+
+def test_the_scripts_that_make_test_does_not_run_compile():
+    """`make bench`, `make faults` and the other tools run outside `make test`: each must at least compile."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "tools").glob("*.py"))
+    assert len(scripts) > 5
+    for path in scripts:
+        compile(path.read_text(), str(path.relative_to(ROOT)), "exec")  # a SyntaxError names the file and line

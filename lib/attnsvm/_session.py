@@ -37,12 +37,11 @@ def setup(seed: int = 0, threads: int = 1, loop_threads: int | None = None) -> N
     problem's arithmetic is its own and the blocks do not depend on the threads, a run is the same bit for bit on
     any number of threads (tests/lib); by default they use every core the process may run on. The torch loops of
     ``train.gd`` without a head (``engine="torch"``, paper A's ``rule="official"``) and of mirror and sign descent
-    run a one-dimensional batch of 256 problems or more in blocks the same way, each block one tensor program, on
-    up to ``loop_threads`` threads (torch's kernels release the GIL). Warns when
-    a library does not run the pinned CPU code path (``codepaths.report()``), since the printed numbers may then
-    differ from the book's in their last digits; ``environment()`` prints the versions a result was computed with.
-    The experiments' parallel tasks set the same numerics themselves (``attnsvm.experiments``), in whatever
-    process runs them.
+    run a one-dimensional CPU batch of 256 problems or more in blocks the same way, each block one tensor program,
+    on up to ``loop_threads`` threads (torch's kernels release the GIL). Warns when a library does not run the
+    pinned CPU code path (``codepaths.report()``), since the printed numbers may then differ from the book's in
+    their last digits; ``environment()`` prints the versions a result was computed with. The experiments' parallel
+    tasks set the same numerics themselves (``attnsvm.experiments``), in whatever process runs them.
 
     Parameters
     ----------

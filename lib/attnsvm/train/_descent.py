@@ -138,9 +138,10 @@ def _torch_blocks(size: int) -> list[slice]:
     block may then hold a few more than 256). The blocks depend on the size alone, never on the threads: a run is
     the same on any number of threads. Cut there, each problem also keeps the arithmetic it has in the whole batch,
     as far as measured (tests/lib), with torch on one thread (``setup()``'s; on more, torch may split a large
-    operation of the whole batch between its threads elsewhere: in a test of 1001 problems one differed): ATen's elementwise kernels take 8 doubles a loop on the AVX2 path
-    (16 on AVX-512) and the entries past the last whole group another code path, and a cut at a multiple of 16
-    problems moves no problem's entries across that boundary."""
+    operation of the whole batch between its threads elsewhere: in a test of 1001 problems one differed): ATen's
+    elementwise kernels take 8 doubles a loop on the AVX2 path (16 on AVX-512) and the entries past the last whole
+    group another code path, and a cut at a multiple of 16 problems moves no problem's entries across that
+    boundary."""
     if size < SIDE_BY_SIDE:
         return [slice(0, size)]
     count = -(-size // 256)
@@ -191,7 +192,8 @@ def _side_by_side(loop, problem: Problem, recorder: _Recorder) -> None:
             futures = [pool.submit(run, block, part) for block, part in zip(blocks, parts)]
             try:
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [future.exception() for future in futures if future in done and future.exception()]
+                failed = [error for error in (future.exception() for future in futures if future in done)
+                          if error is not None]  # in the blocks' order
                 if failed:
                     raise failed[0]
             except BaseException:
